@@ -1,0 +1,2 @@
+//! Shared helpers for longhaul benchmarks.
+#![forbid(unsafe_code)]

@@ -1,0 +1,296 @@
+//! The one small syscall module of longhaul.
+//!
+//! Every other crate in the workspace is `#![forbid(unsafe_code)]`. The few Linux
+//! socket and device calls that no safe crate exposes live here, each in a short
+//! function that takes a borrowed file descriptor, checks the return value and
+//! turns `errno` into an [`std::io::Error`]:
+//!
+//! * [`send_queue_bytes`]: `SIOCOUTQ`, bytes in a TCP socket's send queue (unsent
+//!   plus sent-but-unacknowledged), the kernel half of the least-outstanding-bytes
+//!   policy (DESIGN §2).
+//! * [`unsent_bytes`]: `SIOCOUTQNSD`, the unsent part only.
+//! * [`set_notsent_lowat`]: `TCP_NOTSENT_LOWAT`, keeps kernel-unsent data small so
+//!   the scheduling decision is taken late, in user space.
+//! * [`tcp_info`]: a [`TcpInfo`] snapshot (rtt, cwnd, retransmits, ...) from `TCP_INFO`.
+//! * [`original_dst`]: the pre-NAT destination of a REDIRECTed connection
+//!   (`SO_ORIGINAL_DST` / `IP6T_SO_ORIGINAL_DST`).
+//! * [`open_tun`]: opens `/dev/net/tun` and attaches it to a named TUN interface
+//!   without packet information (`IFF_TUN | IFF_NO_PI`).
+//!
+//! It does not wrap anything that `socket2`, `std` or `tokio` already expose safely.
+//! Linux only.
+
+use std::ffi::c_void;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// `SIOCOUTQNSD` from `linux/sockios.h` (not exported by every libc version).
+const SIOCOUTQNSD: libc::c_ulong = 0x894B;
+/// `SO_ORIGINAL_DST` from `linux/netfilter_ipv4.h`; the IPv6 value is the same number.
+const SO_ORIGINAL_DST: libc::c_int = 80;
+/// `TUNSETIFF` = `_IOW('T', 202, int)`.
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const IFF_TUN: libc::c_short = 0x0001;
+const IFF_NO_PI: libc::c_short = 0x1000;
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn ioctl_int(fd: BorrowedFd<'_>, request: libc::c_ulong) -> io::Result<u64> {
+    let mut value: libc::c_int = 0;
+    // SAFETY: `fd` is a live descriptor for the borrow's lifetime; the request
+    // writes exactly one `int` through the pointer, which points at `value`.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), request as _, &mut value as *mut libc::c_int) })?;
+    Ok(u64::try_from(value).unwrap_or(0))
+}
+
+/// Bytes in the socket's send queue: not yet sent plus sent but not acknowledged (`SIOCOUTQ`).
+pub fn send_queue_bytes(fd: impl AsFd) -> io::Result<u64> {
+    ioctl_int(fd.as_fd(), libc::TIOCOUTQ as libc::c_ulong)
+}
+
+/// Bytes in the socket's send queue that the kernel has not sent yet (`SIOCOUTQNSD`).
+pub fn unsent_bytes(fd: impl AsFd) -> io::Result<u64> {
+    ioctl_int(fd.as_fd(), SIOCOUTQNSD)
+}
+
+fn setsockopt_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: the option value is a plain `int` that lives across the call and
+    // its exact size is passed.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            &value as *const libc::c_int as *const c_void,
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// Sets `TCP_NOTSENT_LOWAT`: the socket reports writable only while fewer than
+/// `bytes` of written data remain unsent in the kernel.
+pub fn set_notsent_lowat(fd: impl AsFd, bytes: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt_int(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, v)
+}
+
+/// A snapshot of the kernel's view of one TCP connection (a subset of `struct tcp_info`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpInfo {
+    /// Smoothed round-trip time, microseconds.
+    pub rtt_us: u32,
+    /// Round-trip time variance, microseconds.
+    pub rttvar_us: u32,
+    /// Minimum round-trip time seen, microseconds (0 if the kernel does not report it).
+    pub min_rtt_us: u32,
+    /// Congestion window, segments.
+    pub snd_cwnd: u32,
+    /// Slow-start threshold, segments.
+    pub snd_ssthresh: u32,
+    /// Sender maximum segment size, bytes.
+    pub snd_mss: u32,
+    /// Segments currently retransmitted and not yet acknowledged.
+    pub retransmits_in_flight: u32,
+    /// Total retransmitted segments over the connection's life.
+    pub total_retrans: u32,
+    /// Segments sent but not acknowledged.
+    pub unacked: u32,
+    /// Segments believed lost.
+    pub lost: u32,
+    /// Bytes acknowledged by the peer (0 on kernels that do not report it).
+    pub bytes_acked: u64,
+    /// Delivery rate estimate, bytes per second (0 on kernels that do not report it).
+    pub delivery_rate: u64,
+    /// Pacing rate, bytes per second.
+    pub pacing_rate: u64,
+    /// The peer's advertised receive window, bytes (0 on kernels that do not report it).
+    pub snd_wnd: u32,
+}
+
+/// Reads `TCP_INFO` for a TCP socket.
+pub fn tcp_info(fd: impl AsFd) -> io::Result<TcpInfo> {
+    let mut raw = MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the buffer is a zeroed `tcp_info` and `len` is its size; the kernel
+    // writes at most `len` bytes and reports how many it wrote.
+    check(unsafe {
+        libc::getsockopt(
+            fd.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            raw.as_mut_ptr() as *mut c_void,
+            &mut len,
+        )
+    })?;
+    // SAFETY: zero is a valid bit pattern for every field of `tcp_info`, and the
+    // kernel overwrote the prefix it knows.
+    let t = unsafe { raw.assume_init() };
+    Ok(TcpInfo {
+        rtt_us: t.tcpi_rtt,
+        rttvar_us: t.tcpi_rttvar,
+        min_rtt_us: 0,
+        snd_cwnd: t.tcpi_snd_cwnd,
+        snd_ssthresh: t.tcpi_snd_ssthresh,
+        snd_mss: t.tcpi_snd_mss,
+        retransmits_in_flight: u32::from(t.tcpi_retransmits),
+        total_retrans: t.tcpi_total_retrans,
+        unacked: t.tcpi_unacked,
+        lost: t.tcpi_lost,
+        bytes_acked: 0,
+        delivery_rate: 0,
+        pacing_rate: 0,
+        snd_wnd: 0,
+    })
+}
+
+/// The original destination of a connection redirected by iptables `REDIRECT`
+/// (or `DNAT`), read with `SO_ORIGINAL_DST`. `ipv6` selects the IPv6 variant.
+pub fn original_dst(fd: impl AsFd, ipv6: bool) -> io::Result<SocketAddr> {
+    let fd = fd.as_fd().as_raw_fd();
+    if ipv6 {
+        let mut sa = MaybeUninit::<libc::sockaddr_in6>::zeroed();
+        let mut len = size_of::<libc::sockaddr_in6>() as libc::socklen_t;
+        // SAFETY: the buffer is a zeroed `sockaddr_in6` of the length passed.
+        check(unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_IPV6,
+                SO_ORIGINAL_DST,
+                sa.as_mut_ptr() as *mut c_void,
+                &mut len,
+            )
+        })?;
+        // SAFETY: zero is valid for `sockaddr_in6`; the kernel filled it in.
+        let sa = unsafe { sa.assume_init() };
+        Ok(SocketAddr::V6(SocketAddrV6::new(
+            Ipv6Addr::from(sa.sin6_addr.s6_addr),
+            u16::from_be(sa.sin6_port),
+            sa.sin6_flowinfo,
+            sa.sin6_scope_id,
+        )))
+    } else {
+        let mut sa = MaybeUninit::<libc::sockaddr_in>::zeroed();
+        let mut len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: the buffer is a zeroed `sockaddr_in` of the length passed.
+        check(unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_IP,
+                SO_ORIGINAL_DST,
+                sa.as_mut_ptr() as *mut c_void,
+                &mut len,
+            )
+        })?;
+        // SAFETY: zero is valid for `sockaddr_in`; the kernel filled it in.
+        let sa = unsafe { sa.assume_init() };
+        Ok(SocketAddr::V4(SocketAddrV4::new(
+            Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
+            u16::from_be(sa.sin_port),
+        )))
+    }
+}
+
+/// Opens `/dev/net/tun` and attaches it to the TUN interface `name` (created if
+/// absent) in the caller's network namespace, with no packet-information header:
+/// each `read` returns one IP packet and each `write` sends one.
+pub fn open_tun(name: &str) -> io::Result<File> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name must be 1..15 bytes",
+        ));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")?;
+    // SAFETY: `ifreq` is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_flags = IFF_TUN | IFF_NO_PI;
+    // SAFETY: the descriptor is open; TUNSETIFF reads and writes one `ifreq`,
+    // which `req` is, for the duration of the call.
+    check(unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            TUNSETIFF as _,
+            &mut req as *mut libc::ifreq,
+        )
+    })?;
+    Ok(file)
+}
+
+/// Duplicates a descriptor into an owned one (used to hand one TUN queue to two threads).
+pub fn dup(fd: impl AsFd) -> io::Result<OwnedFd> {
+    // SAFETY: `dup` on a live descriptor; on success the new descriptor is ours.
+    let new = check(unsafe { libc::dup(fd.as_fd().as_raw_fd()) })?;
+    // SAFETY: `new` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn queue_and_info_on_loopback() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.write_all(&[7u8; 1000]).unwrap();
+        let mut buf = [0u8; 1000];
+        s.read_exact(&mut buf).unwrap();
+        // Everything was read and acknowledged eventually; the queue drains to zero.
+        let mut q = send_queue_bytes(&c).unwrap();
+        for _ in 0..100 {
+            if q == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            q = send_queue_bytes(&c).unwrap();
+        }
+        assert_eq!(q, 0);
+        assert_eq!(unsent_bytes(&c).unwrap(), 0);
+        set_notsent_lowat(&c, 16384).unwrap();
+        let info = tcp_info(&c).unwrap();
+        assert!(info.snd_cwnd >= 1, "cwnd {}", info.snd_cwnd);
+        assert!(info.snd_mss > 0);
+    }
+
+    #[test]
+    fn original_dst_of_plain_socket_is_an_error_not_a_crash() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        // Without a NAT entry the kernel answers ENOENT; with conntrack absent, ENOPROTOOPT.
+        match original_dst(&s, false) {
+            Ok(addr) => assert_eq!(addr, l.local_addr().unwrap()),
+            Err(e) => assert!(e.raw_os_error().is_some()),
+        }
+    }
+
+    #[test]
+    fn tun_name_is_validated() {
+        assert!(open_tun("").is_err());
+        assert!(open_tun("a-name-that-is-too-long").is_err());
+    }
+}
