@@ -249,6 +249,8 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     let uploaded = AtomicU64::new(0);
     let result = {
         let feed = async {
+            // Owned here so the body ends (sender dropped) when the feed ends.
+            let body_tx = body_tx;
             let mut dec = BodyDecoder::new(body_kind);
             loop {
                 match dec.next(&mut rd, &mut buf).await {
@@ -303,14 +305,21 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
             tokio::pin!(fetch);
             let res = loop {
                 tokio::select! {
-                    r = &mut fetch => break r,
+                    biased;
                     Some(info) = info_rx.recv() => {
                         if wr.write_all(&info).await.is_err() {
                             return Err(Outcome::Cut("edge went away".into()));
                         }
                     }
+                    r = &mut fetch => break r,
                 }
             };
+            // 1xx heads queued while the final head arrived go first.
+            while let Ok(info) = info_rx.try_recv() {
+                if wr.write_all(&info).await.is_err() {
+                    return Err(Outcome::Cut("edge went away".into()));
+                }
+            }
             let res = match res {
                 Err(_) => {
                     return Err(Outcome::Before(RemoteError::Timeout(format!(
