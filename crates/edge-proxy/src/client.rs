@@ -509,7 +509,7 @@ async fn write_replies<T: Transport>(
                             bytes_up: 0,
                             bytes_down: r.bytes,
                             duration: job.started.elapsed(),
-                            outcome: "ok",
+                            outcome: r.far_error.as_deref().unwrap_or("ok"),
                             detail: "",
                         });
                         if r.close {
@@ -569,6 +569,8 @@ struct ReplyInfo {
 }
 
 struct Relayed {
+    /// `X-Longhaul-Error` tag of a far-side synthetic response, if it is one.
+    far_error: Option<String>,
     status: u16,
     bytes: u64,
     close: bool,
@@ -624,6 +626,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
     };
     let kind = http1::response_body_kind(&job.method, &head)
         .map_err(|e| RelayError::Before(EdgeError::BadReply(e.to_string()), None))?;
+    let far_error = http1::header_str(&head.headers, "x-longhaul-error").map(str::to_string);
     let mut headers = head.headers;
     let tokens = http1::strip_hop_by_hop(&mut headers);
     let draining = *ctx.draining.borrow();
@@ -667,6 +670,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
             CopyError::Write(io) => RelayError::After(format!("client write failed: {io}")),
         })?;
     Ok(Relayed {
+        far_error,
         status: out_head.status,
         bytes,
         close,

@@ -36,6 +36,17 @@ pub const DEFAULT_LINK_RTT_MS: u32 = 130;
 pub const DEFAULT_LINK_RATE_MBIT: u32 = 100;
 /// Default congestion control of pool connections.
 pub const DEFAULT_CONGESTION: &str = "bbr";
+/// Default client networks: loopback and private address space (like Squid's `localnet`).
+pub const DEFAULT_ALLOWED_CLIENTS: &[&str] = &[
+    "127.0.0.0/8",
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "::1/128",
+    "fc00::/7",
+    "fe80::/10",
+];
 /// Default HTTP ports of intercepted connections.
 pub const DEFAULT_TRANSPARENT_HTTP_PORTS: &[u16] = &[80];
 
@@ -163,8 +174,9 @@ impl Default for PoolSection {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EdgeConfig {
-    /// Development or production.
-    pub mode: Mode,
+    /// Development or production. Absent: development when every listen address is loopback,
+    /// production otherwise.
+    pub mode: Option<Mode>,
     /// Explicit proxy listener.
     pub listen: SocketAddr,
     /// Client networks served (others get 403).
@@ -194,12 +206,12 @@ pub struct EdgeConfig {
 impl Default for EdgeConfig {
     fn default() -> Self {
         EdgeConfig {
-            mode: Mode::Development,
+            mode: None,
             listen: DEFAULT_EDGE_LISTEN.parse().expect("valid default"),
-            allowed_clients: vec![
-                "127.0.0.0/8".parse().expect("valid"),
-                "::1/128".parse().expect("valid"),
-            ],
+            allowed_clients: DEFAULT_ALLOWED_CLIENTS
+                .iter()
+                .map(|n| n.parse().expect("valid default network"))
+                .collect(),
             connect_reply: ConnectReply::Optimistic,
             connect_ports: Vec::new(),
             max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
@@ -228,10 +240,26 @@ pub fn check_host_port(what: &str, s: &str) -> Result<(), String> {
         .map_err(|e| format!("{what} {s:?}: {e}"))
 }
 
+/// The mode in force: the configured one, else development when every address is loopback.
+pub fn effective_mode(mode: Option<Mode>, addrs: &[SocketAddr]) -> Mode {
+    mode.unwrap_or(if addrs.iter().all(|a| a.ip().is_loopback()) {
+        Mode::Development
+    } else {
+        Mode::Production
+    })
+}
+
 impl EdgeConfig {
+    /// The mode in force (see [`effective_mode`]).
+    pub fn mode(&self) -> Mode {
+        let mut addrs = vec![self.listen];
+        addrs.extend(self.transparent.as_ref().map(|t| t.listen));
+        effective_mode(self.mode, &addrs)
+    }
+
     /// Checks ranges and cross-field rules; the error says which key is wrong and why.
     pub fn validate(&self) -> Result<(), String> {
-        if self.mode == Mode::Development {
+        if self.mode() == Mode::Development {
             let mut addrs = vec![("listen", self.listen)];
             if let Some(t) = &self.transparent {
                 addrs.push(("transparent.listen", t.listen));
@@ -345,8 +373,11 @@ mod tests {
 
     #[test]
     fn validation_names_the_key() {
-        let c: EdgeConfig = toml::from_str("listen = \"0.0.0.0:3128\"").unwrap();
+        let c: EdgeConfig =
+            toml::from_str("mode = \"development\"\nlisten = \"0.0.0.0:3128\"").unwrap();
         assert!(c.validate().unwrap_err().contains("development mode"));
+        let c: EdgeConfig = toml::from_str("listen = \"0.0.0.0:3128\"").unwrap();
+        assert_eq!(c.mode(), Mode::Production);
         let c: EdgeConfig =
             toml::from_str("mode = \"production\"\nlisten = \"0.0.0.0:3128\"").unwrap();
         c.validate().unwrap();

@@ -29,8 +29,8 @@ pub const DEFAULT_DRAIN_GRACE_MS: u64 = 10_000;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RemoteConfig {
-    /// Development or production.
-    pub mode: Mode,
+    /// Development or production. Absent: development when `listen` is loopback.
+    pub mode: Option<Mode>,
     /// Pool listener.
     pub listen: SocketAddr,
     /// Let origins on loopback/private/link-local addresses be reached. Absent: true in
@@ -48,6 +48,9 @@ pub struct RemoteConfig {
     pub max_header_bytes: usize,
     /// Grace period for in-flight streams on SIGTERM, ms.
     pub drain_grace_ms: u64,
+    /// TCP congestion control of pool connections (`bbr`, `cubic`, `reno`); the replies travel
+    /// this way, so this side's choice matters most.
+    pub congestion: String,
     /// Log format.
     pub log_format: LogFormat,
     /// The long link (window sizing).
@@ -57,7 +60,7 @@ pub struct RemoteConfig {
 impl Default for RemoteConfig {
     fn default() -> Self {
         RemoteConfig {
-            mode: Mode::Development,
+            mode: None,
             listen: DEFAULT_REMOTE_LISTEN.parse().expect("valid default"),
             allow_private_targets: None,
             origin_connect_timeout_ms: DEFAULT_ORIGIN_CONNECT_TIMEOUT_MS,
@@ -66,6 +69,7 @@ impl Default for RemoteConfig {
             origin_max_idle_per_host: DEFAULT_ORIGIN_MAX_IDLE_PER_HOST,
             max_header_bytes: edge_proxy::http1::DEFAULT_MAX_HEADER_BYTES,
             drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
+            congestion: edge_proxy::config::DEFAULT_CONGESTION.into(),
             log_format: LogFormat::Text,
             link: LinkConfig::default(),
         }
@@ -73,9 +77,20 @@ impl Default for RemoteConfig {
 }
 
 impl RemoteConfig {
+    /// The mode in force.
+    pub fn mode(&self) -> Mode {
+        edge_proxy::config::effective_mode(self.mode, &[self.listen])
+    }
+
     /// Checks ranges and the development-mode rule; the error names the key.
     pub fn validate(&self) -> Result<(), String> {
-        if self.mode == Mode::Development && !self.listen.ip().is_loopback() {
+        if !["bbr", "cubic", "reno"].contains(&self.congestion.as_str()) {
+            return Err(format!(
+                "congestion {:?} must be bbr, cubic or reno",
+                self.congestion
+            ));
+        }
+        if self.mode() == Mode::Development && !self.listen.ip().is_loopback() {
             return Err(format!(
                 "listen {}: development mode binds loopback only (set mode = \"production\")",
                 self.listen
@@ -111,7 +126,7 @@ impl RemoteConfig {
         TargetPolicy {
             allow_private: self
                 .allow_private_targets
-                .unwrap_or(self.mode == Mode::Development),
+                .unwrap_or(self.mode() == Mode::Development),
         }
     }
 
@@ -146,7 +161,8 @@ mod tests {
     #[test]
     fn rejects_unknown_and_invalid() {
         assert!(toml::from_str::<RemoteConfig>("allow_private = true").is_err());
-        let c: RemoteConfig = toml::from_str("listen = \"0.0.0.0:4443\"").unwrap();
+        let c: RemoteConfig =
+            toml::from_str("mode = \"development\"\nlisten = \"0.0.0.0:4443\"").unwrap();
         assert!(c.validate().unwrap_err().contains("development mode"));
         let c: RemoteConfig = toml::from_str("origin_timeout_ms = 0").unwrap();
         assert!(c.validate().unwrap_err().contains("origin_timeout_ms"));

@@ -97,23 +97,25 @@ impl RemoteError {
     }
 
     /// The error for a hyper client failure, found by walking its cause chain.
-    pub fn from_client(e: &hyper_util::client::legacy::Error) -> RemoteError {
+    pub fn from_client(target: &str, e: &hyper_util::client::legacy::Error) -> RemoteError {
         let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-        let mut io_kind = None;
+        let mut io = None;
         while let Some(err) = cur {
             if let Some(r) = err.downcast_ref::<ResolveError>() {
                 return RemoteError::from(r.clone());
             }
-            if let Some(io) = err.downcast_ref::<std::io::Error>() {
-                io_kind.get_or_insert(io.kind());
+            if let Some(i) = err.downcast_ref::<std::io::Error>() {
+                io.get_or_insert(i);
             }
             cur = err.source();
         }
-        let detail = chain(e);
-        match io_kind {
-            Some(std::io::ErrorKind::TimedOut) => RemoteError::Timeout(detail),
-            _ if e.is_connect() => RemoteError::ConnectFailed(detail),
-            _ => RemoteError::BadOrigin(detail),
+        match io {
+            Some(i) if i.kind() == std::io::ErrorKind::TimedOut => {
+                RemoteError::Timeout(format!("connect to {target} timed out"))
+            }
+            Some(i) if e.is_connect() => RemoteError::ConnectFailed(format!("{target}: {i}")),
+            _ if e.is_connect() => RemoteError::ConnectFailed(format!("{target}: {}", chain(e))),
+            _ => RemoteError::BadOrigin(format!("{target}: {}", chain(e))),
         }
     }
 

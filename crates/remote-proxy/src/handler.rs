@@ -327,7 +327,7 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
                         ctx.settings.origin_timeout.as_millis()
                     ))))
                 }
-                Ok(Err(e)) => return Err(Outcome::Before(RemoteError::from_client(&e))),
+                Ok(Err(e)) => return Err(Outcome::Before(RemoteError::from_client(target, &e))),
                 Ok(Ok(r)) => r,
             };
             write_response(&mut wr, &method, res).await

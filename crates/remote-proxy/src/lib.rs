@@ -14,3 +14,4 @@ pub mod config;
 pub mod errors;
 pub mod handler;
 pub mod policy;
+pub mod pool_glue;
