@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use ipnet::IpNet;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -126,7 +126,10 @@ pub async fn serve<T: Transport>(
             return;
         }
     }
-    let (rd, wr) = sock.into_split();
+    // Borrowed halves: the socket itself is closed here, after both sides are done, so an
+    // aborted reply ends with a reset and never with a clean FIN.
+    let mut sock = sock;
+    let (rd, wr) = sock.split();
     let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
     let reader = read_requests(&ctx, rd, tx, peer, entry);
     let writer = write_replies(&ctx, wr, rx, peer);
@@ -144,7 +147,7 @@ pub async fn serve<T: Transport>(
 }
 
 /// One queued item for the writer, in request order.
-enum Pending<S> {
+enum Pending<'a, S> {
     /// A reply to relay from a stream.
     Reply(Box<ReplyJob<S>>),
     /// An error to answer; the connection closes after it.
@@ -157,7 +160,7 @@ enum Pending<S> {
     /// A CONNECT: the connection becomes a tunnel once earlier replies are written.
     Connect {
         head: RequestHead,
-        rd: OwnedReadHalf,
+        rd: TcpReadHalf<'a>,
         buf: BytesMut,
         started: Instant,
     },
@@ -281,10 +284,10 @@ fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
 
 /// Reads requests until the client closes, asks to close, errs, or the edge drains.
 /// Err means the client connection broke (everything in flight is abandoned).
-async fn read_requests<T: Transport>(
+async fn read_requests<'a, T: Transport>(
     ctx: &Ctx<T>,
-    mut rd: OwnedReadHalf,
-    tx: mpsc::Sender<Pending<T::Stream>>,
+    mut rd: TcpReadHalf<'a>,
+    tx: mpsc::Sender<Pending<'a, T::Stream>>,
     peer: SocketAddr,
     entry: Entry,
 ) -> Result<(), ()> {
@@ -427,8 +430,8 @@ enum RelayError {
 /// Relays queued replies in order; returns when the connection should close.
 async fn write_replies<T: Transport>(
     ctx: &Ctx<T>,
-    mut wr: OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Pending<T::Stream>>,
+    mut wr: TcpWriteHalf<'_>,
+    mut rx: mpsc::Receiver<Pending<'_, T::Stream>>,
     peer: SocketAddr,
 ) {
     while let Some(p) = rx.recv().await {
@@ -554,11 +557,10 @@ async fn write_replies<T: Transport>(
     let _ = wr.shutdown().await;
 }
 
-/// Closes the client connection with a reset, so a cut reply is never mistaken for a
-/// complete one (even a close-delimited one).
-fn abort(wr: OwnedWriteHalf) {
+/// Makes the client connection end with a reset when it is closed (when [`serve`] returns),
+/// so a cut reply is never mistaken for a complete one (even a close-delimited one).
+pub(crate) fn abort(wr: TcpWriteHalf<'_>) {
     let _ = socket2::SockRef::from(wr.as_ref()).set_linger(Some(Duration::ZERO));
-    drop(wr);
 }
 
 /// What relaying a reply needs to know about its request.
@@ -580,7 +582,7 @@ struct Relayed {
 async fn relay<T: Transport, R: AsyncRead + Unpin>(
     ctx: &Ctx<T>,
     srd: &mut R,
-    wr: &mut OwnedWriteHalf,
+    wr: &mut TcpWriteHalf<'_>,
     job: &ReplyInfo,
 ) -> Result<Relayed, RelayError> {
     let far_err = |e: &std::io::Error| -> RelayError {
