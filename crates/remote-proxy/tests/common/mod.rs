@@ -14,6 +14,9 @@ pub struct Proc {
     pub child: Child,
     pub name: String,
     pub log: PathBuf,
+    /// Stop with SIGTERM first (for process trees such as nginx, whose master stops its
+    /// workers on SIGTERM but would orphan them on SIGKILL).
+    pub term_first: bool,
 }
 
 impl Proc {
@@ -50,6 +53,14 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        if self.term_first && matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .arg(self.pid().to_string())
+                .status();
+            if self.wait_exit(Duration::from_secs(5)).is_some() {
+                return;
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -120,6 +131,7 @@ pub fn spawn(bin: &Path, args: &[String], log: PathBuf) -> Proc {
         child,
         name: bin.file_name().unwrap().to_string_lossy().into(),
         log,
+        term_first: false,
     }
 }
 
@@ -309,12 +321,15 @@ http {{
     let conf_path = d.join("nginx.conf");
     std::fs::write(&conf_path, conf).unwrap();
     let args = vec![
+        "-e".to_string(),
+        d.join("error.log").to_string_lossy().into(),
         "-p".to_string(),
         d.to_string_lossy().into(),
         "-c".into(),
         conf_path.to_string_lossy().into(),
     ];
-    let proc = spawn(Path::new("/usr/sbin/nginx"), &args, d.join("nginx.out"));
+    let mut proc = spawn(Path::new("/usr/sbin/nginx"), &args, d.join("nginx.out"));
+    proc.term_first = true;
     wait_port(
         format!("127.0.0.1:{http}").parse().unwrap(),
         Duration::from_secs(10),
