@@ -456,6 +456,18 @@ impl Session {
                 break;
             };
             let more = self.emit_one(id, max_frame, out);
+            if let Some(s) = self.streams.get(&id) {
+                if s.cancel_after_fin && s.fin_sent && s.reset.is_none() && !s.cleanly_done() {
+                    // Behind the FIN on the same connection: the peer reads
+                    // everything we wrote, then learns we stopped reading.
+                    Reset {
+                        stream: id,
+                        code: ErrorCode::CANCEL,
+                    }
+                    .encode(out);
+                    self.reset_local(id, ErrorCode::CANCEL, false, false);
+                }
+            }
             if let Some(s) = self.streams.get_mut(&id) {
                 s.in_sendq = more;
                 if more {
@@ -720,7 +732,11 @@ impl Session {
         };
         s.released = true;
         if s.reset.is_none() && !s.cleanly_done() {
-            self.reset_local(id, ErrorCode::CANCEL, false, true);
+            if s.fin_queued && !s.fin_sent {
+                s.cancel_after_fin = true;
+            } else {
+                self.reset_local(id, ErrorCode::CANCEL, false, true);
+            }
         }
         self.gc(id);
     }
