@@ -30,6 +30,8 @@ pub trait Probe: Send + Sync + 'static {
     fn tcp_info(&self) -> Option<netsys::TcpInfo>;
     /// The peer's address.
     fn peer_addr(&self) -> Option<SocketAddr>;
+    /// Our address.
+    fn local_addr(&self) -> Option<SocketAddr>;
 }
 
 /// The future a [`Dialer`] returns.
@@ -59,6 +61,7 @@ pub struct TcpCarrier {
 pub struct TcpProbe {
     fd: OwnedFd,
     peer: Option<SocketAddr>,
+    local: Option<SocketAddr>,
 }
 
 impl Probe for TcpProbe {
@@ -71,6 +74,9 @@ impl Probe for TcpProbe {
     fn peer_addr(&self) -> Option<SocketAddr> {
         self.peer
     }
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.local
+    }
 }
 
 impl TcpCarrier {
@@ -81,9 +87,10 @@ impl TcpCarrier {
         // the carrier, so it never keeps a dead connection open.
         let fd = netsys::dup(stream.as_fd())?;
         let peer = stream.peer_addr().ok();
+        let local = stream.local_addr().ok();
         Ok(TcpCarrier {
             stream,
-            probe: Arc::new(TcpProbe { fd, peer }),
+            probe: Arc::new(TcpProbe { fd, peer, local }),
         })
     }
 }
