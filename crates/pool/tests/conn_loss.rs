@@ -15,6 +15,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
+/// Connection ids a stream's two directions are bound to.
+type Bound = (Option<u64>, Option<u64>);
+
 /// A TCP forwarder whose connections can be cut one by one.
 struct Cutter {
     addr: SocketAddr,
@@ -123,11 +126,11 @@ async fn lost_connection_resets_its_streams_and_is_redialed() {
     }
     let stats = pool.stats();
     let victim = stats[0].id.unwrap();
-    let before: Vec<((Option<u64>, Option<u64>), u64)> = streams
+    let before: Vec<(Bound, u64)> = streams
         .iter()
         .map(|(_, s)| (s.connections(), s.bytes_received()))
         .collect();
-    let bound = |c: (Option<u64>, Option<u64>)| c.0 == Some(victim) || c.1 == Some(victim);
+    let bound = |c: Bound| c.0 == Some(victim) || c.1 == Some(victim);
     assert!(before.iter().any(|(c, _)| bound(*c)));
     assert!(before.iter().any(|(c, _)| !bound(*c)), "{before:?}");
     cutter.cut(stats[0].local.unwrap());
