@@ -206,6 +206,8 @@ struct Conn {
     rtt: Option<Duration>,
     /// Listed in `Session::ready` and not yet taken by the driver.
     announced: bool,
+    /// The peer sent GOAWAY(NO_ERROR) on this lane: no new streams go here.
+    peer_draining: bool,
 }
 
 impl Conn {
@@ -234,8 +236,6 @@ pub struct Session {
     rr_cursor: usize,
     /// We sent a drain GOAWAY accepting streams up to this id.
     local_goaway: Option<u64>,
-    /// The peer sent a drain GOAWAY accepting streams up to this id.
-    peer_goaway: Option<u64>,
     /// Highest OPEN id accepted (remote side).
     highest_accepted: u64,
     ping_seq: u64,
@@ -263,7 +263,6 @@ impl Session {
             ready: VecDeque::new(),
             rr_cursor: 0,
             local_goaway: None,
-            peer_goaway: None,
             highest_accepted: 0,
             ping_seq: 0,
             scratch: Vec::new(),
@@ -320,6 +319,7 @@ impl Session {
                 next_ping: now,
                 rtt: None,
                 announced: false,
+                peer_draining: false,
             },
         );
         self.announce(id);
@@ -540,9 +540,19 @@ impl Session {
         }
     }
 
-    /// Whether we or the peer started a drain.
+    /// Whether we started a drain, or every lane that is up belongs to a
+    /// peer that did (a lane to a restarted peer is not draining).
     pub fn is_draining(&self) -> bool {
-        self.local_goaway.is_some() || self.peer_goaway.is_some()
+        self.local_goaway.is_some() || self.peer_draining()
+    }
+
+    fn peer_draining(&self) -> bool {
+        let mut up = self
+            .conns
+            .values()
+            .filter(|c| c.state == ConnState::Up)
+            .peekable();
+        up.peek().is_some() && up.all(|c| c.peer_draining)
     }
 
     /// Closes one lane with `code` (GOAWAY then close), resetting its streams.
@@ -623,7 +633,7 @@ impl Session {
         if self.next_stream > crate::varint::MAX {
             return Err(OpenError::Limit("stream ids exhausted"));
         }
-        let Some(conn) = self.choose_conn(None) else {
+        let Some(conn) = self.choose_conn(true) else {
             return Err(OpenError::Unavailable);
         };
         let id = self.next_stream;
@@ -778,12 +788,13 @@ impl Session {
         }
     }
 
-    /// Picks an Up lane by the policy, skipping `exclude` (PROTOCOL.md §5.1).
-    fn choose_conn(&mut self, exclude: Option<ConnId>) -> Option<ConnId> {
+    /// Picks an Up lane by the policy (PROTOCOL.md §5.1); a new stream
+    /// (`for_open`) skips lanes whose peer is draining.
+    fn choose_conn(&mut self, for_open: bool) -> Option<ConnId> {
         self.scratch.clear();
         self.scratch_loads.clear();
         for (id, c) in &self.conns {
-            if c.state == ConnState::Up && Some(*id) != exclude {
+            if c.state == ConnState::Up && !(for_open && c.peer_draining) {
                 let l = Load {
                     outstanding: c.outstanding(),
                     streams: c.streams,
@@ -818,7 +829,7 @@ impl Session {
             return Ok(());
         }
         let recv_conn = s.recv_conn;
-        let Some(conn) = self.choose_conn(None) else {
+        let Some(conn) = self.choose_conn(false) else {
             self.reset_local(id, ErrorCode::CONNECTION_LOST, false, false);
             return Err(StreamError::Reset {
                 code: ErrorCode::CONNECTION_LOST,
@@ -1307,17 +1318,17 @@ impl Session {
             }
             return;
         }
-        let last = self
-            .peer_goaway
-            .map_or(g.last_stream, |l| l.min(g.last_stream));
-        let first_time = self.peer_goaway.is_none();
-        self.peer_goaway = Some(last);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.peer_draining = true;
+        }
         if self.role == Role::Edge {
-            // Streams above `last` were never processed: refused, retryable (§5.3).
+            // Streams above `last` sent on this lane were never processed:
+            // refused, retryable (§5.3).
+            let last = g.last_stream;
             let mut ids: Vec<u64> = self
                 .streams
                 .iter()
-                .filter(|(id, s)| **id > last && s.reset.is_none())
+                .filter(|(id, s)| **id > last && s.send_conn == Some(conn) && s.reset.is_none())
                 .map(|(id, _)| *id)
                 .collect();
             ids.sort_unstable();
@@ -1325,12 +1336,10 @@ impl Session {
                 self.reset_local(id, ErrorCode::REFUSED_STREAM, true, false);
             }
         }
-        if first_time {
-            self.events.push_back(Event::GoAway {
-                conn,
-                last_stream: last,
-            });
-        }
+        self.events.push_back(Event::GoAway {
+            conn,
+            last_stream: g.last_stream,
+        });
     }
 }
 
