@@ -137,8 +137,16 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// Stops accepting and closes every connection (without waiting).
     fn drop(&mut self) {
         self.accept_task.abort();
+        self.inner.shutdown.send_replace(true);
+        for s in self.inner.sessions() {
+            s.op(|i| {
+                i.shutting_down = true;
+                i.notify_all_lanes();
+            });
+        }
     }
 }
 

@@ -147,3 +147,44 @@ async fn open_without_connection_is_unavailable_at_once() {
     assert!(st[0].reconnects >= 1, "{st:?}");
     pool.close(Duration::from_millis(10)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_shutdown_drains_streams_in_progress_and_refuses_new_ones() {
+    let server = std::sync::Arc::new(echo_server().await);
+    spawn_echo(server.clone());
+    let pool = Pool::start(pool_cfg(server.local_addr(), 2));
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    let mut s = pool
+        .open(Kind::Tunnel, "echo:7", Bytes::from_static(b"before"))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 6];
+    s.read_exact(&mut buf).await.unwrap();
+    let srv = server.clone();
+    let shut = tokio::spawn(async move { srv.shutdown(Duration::from_secs(5)).await });
+    // Once the GOAWAY arrived, new streams are refused at once.
+    let mut refused = false;
+    for _ in 0..200 {
+        match pool.open(Kind::Tunnel, "echo:7", Bytes::new()).await {
+            Err(pool::PoolError::Draining) => {
+                refused = true;
+                break;
+            }
+            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+    assert!(refused, "opens were not refused during the drain");
+    // The stream accepted before the drain still completes.
+    s.write_all(b" after").await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    assert_eq!(rest, b" after");
+    drop(s);
+    tokio::time::timeout(Duration::from_secs(5), shut)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(server.accept().await.is_none());
+    pool.close(Duration::from_millis(100)).await;
+}
