@@ -54,9 +54,7 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         if self.term_first && matches!(self.child.try_wait(), Ok(None)) {
-            let _ = Command::new("kill")
-                .arg(self.pid().to_string())
-                .status();
+            let _ = Command::new("kill").arg(self.pid().to_string()).status();
             if self.wait_exit(Duration::from_secs(5)).is_some() {
                 return;
             }
