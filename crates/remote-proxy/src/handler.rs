@@ -221,9 +221,18 @@ async fn reply_error<S: FarStream>(
 async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     let started = Instant::now();
     let mut buf = BytesMut::with_capacity(8192);
-    let head = match http1::read_request_head(&mut stream, &mut buf, ctx.settings.max_header_bytes)
-        .await
-    {
+    // The head travels in the OPEN's first bytes; a stream without one is not waited for long.
+    let head = tokio::time::timeout(
+        ctx.settings.origin_timeout,
+        http1::read_request_head(&mut stream, &mut buf, ctx.settings.max_header_bytes),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(http1::HeadError::Malformed(
+            "no request head on the stream in time".into(),
+        ))
+    });
+    let head = match head {
         Ok(Some(h)) => h,
         Ok(None) => {
             let e = RemoteError::BadRequest("the stream ended before a request".into());
