@@ -105,7 +105,7 @@ pub async fn serve<T: Transport>(
         if matches!(entry, Entry::Explicit) {
             let mut sock = sock;
             let _ = sock.write_all(&err.response()).await;
-            let _ = sock.shutdown().await;
+            drain_and_close(&mut sock).await;
         }
         log_access(&Access {
             client: peer,
@@ -129,21 +129,58 @@ pub async fn serve<T: Transport>(
     // Borrowed halves: the socket itself is closed here, after both sides are done, so an
     // aborted reply ends with a reset and never with a clean FIN.
     let mut sock = sock;
-    let (rd, wr) = sock.split();
-    let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
-    let reader = read_requests(&ctx, rd, tx, peer, entry);
-    let writer = write_replies(&ctx, wr, rx, peer);
-    tokio::pin!(reader, writer);
-    tokio::select! {
-        r = &mut reader => {
-            if r.is_ok() {
+    let linger = {
+        let (rd, wr) = sock.split();
+        let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
+        let reader = read_requests(&ctx, rd, tx, peer, entry);
+        let writer = write_replies(&ctx, wr, rx, peer);
+        tokio::pin!(reader, writer);
+        tokio::select! {
+            r = &mut reader => match r {
                 // Requests are all read: finish the queued replies.
-                writer.await;
-            }
-            // On a client read failure, dropping the writer drops every stream (reset).
+                Ok(()) => writer.await == End::Closed,
+                // On a client read failure, dropping the writer drops every stream (reset).
+                Err(()) => false,
+            },
+            end = &mut writer => end == End::Closed,
         }
-        _ = &mut writer => {}
+    };
+    if linger {
+        drain_and_close(&mut sock).await;
     }
+}
+
+/// Longest wait, after our FIN, for the client to finish sending and close.
+pub const DEFAULT_CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// Most bytes read and discarded while waiting for the client to close.
+const CLOSE_LINGER_BYTES: usize = 1024 * 1024;
+
+/// Reads and discards what the client still sends (bounded) until it closes: closing a
+/// socket with unread data would send a reset that can destroy the last response before the
+/// client read it.
+async fn drain_and_close(sock: &mut TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let _ = sock.shutdown().await;
+    let mut scratch = vec![0u8; 16 * 1024];
+    let mut total = 0usize;
+    let _ = tokio::time::timeout(DEFAULT_CLOSE_LINGER, async {
+        while total < CLOSE_LINGER_BYTES {
+            match sock.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    })
+    .await;
+}
+
+/// How the writer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Replies are complete and our side is shut down: linger for the client's close.
+    Closed,
+    /// The connection was reset (cut reply) or handed to a tunnel: close at once.
+    Done,
 }
 
 /// One queued item for the writer, in request order.
@@ -433,7 +470,7 @@ async fn write_replies<T: Transport>(
     mut wr: TcpWriteHalf<'_>,
     mut rx: mpsc::Receiver<Pending<'_, T::Stream>>,
     peer: SocketAddr,
-) {
+) -> End {
     while let Some(p) = rx.recv().await {
         match p {
             Pending::Error {
@@ -455,7 +492,7 @@ async fn write_replies<T: Transport>(
                     outcome: err.tag(),
                     detail: &err.to_string(),
                 });
-                return;
+                return End::Closed;
             }
             Pending::Connect {
                 head,
@@ -464,13 +501,16 @@ async fn write_replies<T: Transport>(
                 started,
             } => {
                 tunnel::connect(ctx, head, rd, buf, wr, peer, started).await;
-                return;
+                return End::Done;
             }
             Pending::Reply(job) => {
                 let mut job = *job;
                 if let Some(tx) = job.continue_tx.take() {
                     if wr.write_all(CONTINUE).await.is_err() {
-                        return abort(wr);
+                        {
+                            abort(wr);
+                            return End::Done;
+                        }
                     }
                     let _ = tx.send(());
                 }
@@ -517,7 +557,7 @@ async fn write_replies<T: Transport>(
                         });
                         if r.close {
                             let _ = wr.shutdown().await;
-                            return;
+                            return End::Closed;
                         }
                     }
                     Err(RelayError::Before(err, _)) => {
@@ -534,7 +574,7 @@ async fn write_replies<T: Transport>(
                             outcome: err.tag(),
                             detail: &err.to_string(),
                         });
-                        return;
+                        return End::Closed;
                     }
                     Err(RelayError::After(detail)) => {
                         log_access(&Access {
@@ -548,13 +588,17 @@ async fn write_replies<T: Transport>(
                             outcome: "reply-cut",
                             detail: &detail,
                         });
-                        return abort(wr);
+                        {
+                            abort(wr);
+                            return End::Done;
+                        }
                     }
                 }
             }
         }
     }
     let _ = wr.shutdown().await;
+    End::Closed
 }
 
 /// Makes the client connection end with a reset when it is closed (when [`serve`] returns),
