@@ -97,11 +97,42 @@ pub fn remote_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_remote-proxy"))
 }
 
-/// Path of the `edge-proxy` binary (built here if `cargo test -p remote-proxy` did not).
+fn newest_source(dir: &Path) -> std::time::SystemTime {
+    let mut newest = std::time::SystemTime::UNIX_EPOCH;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            let t = if p.is_dir() {
+                newest_source(&p)
+            } else {
+                e.metadata()
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
+            };
+            newest = newest.max(t);
+        }
+    }
+    newest
+}
+
+/// Path of the `edge-proxy` binary. `cargo test --workspace` builds it; when it is missing or
+/// older than the sources it is built from (e.g. under `cargo test -p remote-proxy`), it is
+/// built here.
 pub fn edge_bin() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
+            let bin = bin_dir().join("edge-proxy");
+            let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let sources = ["edge-proxy", "pool", "mux", "netsys"]
+                .iter()
+                .map(|c| newest_source(&crates.join(c)))
+                .max()
+                .unwrap();
+            let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+            if built.is_some_and(|t| t >= sources) {
+                return bin;
+            }
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut cmd = Command::new(cargo);
             cmd.args(["build", "-p", "edge-proxy", "--bin", "edge-proxy"]);
@@ -110,7 +141,7 @@ pub fn edge_bin() -> PathBuf {
             }
             let st = cmd.status().expect("cargo build edge-proxy");
             assert!(st.success(), "building edge-proxy failed");
-            bin_dir().join("edge-proxy")
+            bin
         })
         .clone()
 }
