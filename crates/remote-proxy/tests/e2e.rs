@@ -136,6 +136,18 @@ fn curl_http_and_https_bodies_are_byte_exact() {
         verbose.contains("Re-using existing connection"),
         "{verbose}"
     );
+    // Separate client connections reuse the remote's pooled keep-alive origin connection.
+    let one = format!("http://127.0.0.1:{}/one", origin.http);
+    for _ in 0..3 {
+        let o = curl(&["-x", &proxy, "-o", "/dev/null", &one]);
+        assert!(o.status.success());
+    }
+    let conns = origin.connections_for("/one");
+    assert!(conns.len() >= 4, "{conns:?}");
+    assert!(
+        conns[conns.len() - 3..].windows(2).all(|w| w[0] == w[1]),
+        "origin connections not reused: {conns:?}"
+    );
     // After-connect CONNECT mode.
     drop(pair);
     let pair = start_pair("", &["--connect-reply", "after-connect"]);

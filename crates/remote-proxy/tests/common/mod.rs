@@ -269,6 +269,19 @@ pub struct Nginx {
     pub dir: tempfile::TempDir,
 }
 
+impl Nginx {
+    /// nginx's connection serial numbers of the requests for `uri`, in order.
+    pub fn connections_for(&self, uri: &str) -> Vec<u64> {
+        std::fs::read_to_string(self.dir.path().join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(_, u)| *u == uri)
+            .filter_map(|(c, _)| c.parse().ok())
+            .collect()
+    }
+}
+
 pub fn start_nginx(files: &[(&str, usize)]) -> Nginx {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -320,7 +333,8 @@ pid {d}/nginx.pid;
 error_log {d}/error.log warn;
 events {{ worker_connections 1024; }}
 http {{
-    access_log off;
+    log_format conn '$connection $request_uri';
+    access_log {d}/access.log conn;
     client_body_temp_path {d}/tmp;
     proxy_temp_path {d}/tmp;
     fastcgi_temp_path {d}/tmp;
