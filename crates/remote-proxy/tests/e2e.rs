@@ -422,3 +422,94 @@ fn check_config_accepts_examples_and_rejects_mistakes() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("origin_timeout_ms"));
 }
+
+/// Local ports of the edge's pool connections to `remote`.
+fn pool_ports(remote: std::net::SocketAddr) -> Vec<u16> {
+    let o = std::process::Command::new("ss")
+        .args(["-Htn", "state", "established"])
+        .arg(format!("( dport = :{} )", remote.port()))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+        .collect()
+}
+
+/// Destroys the edge-side socket of one pool connection (`ss -K`, needs CAP_NET_ADMIN).
+fn kill_pool_connection(remote: std::net::SocketAddr, port: u16) -> bool {
+    std::process::Command::new("ss")
+        .args(["-K", "-tn", "state", "established"])
+        .arg(format!(
+            "( dport = :{} and sport = :{port} )",
+            remote.port()
+        ))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+#[test]
+fn idempotent_request_is_retried_when_its_pool_connection_dies() {
+    let is_root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false);
+    if !is_root {
+        if std::env::var("LONGHAUL_REQUIRE_NETNS").as_deref() == Ok("1") {
+            panic!("root is required to destroy a pool connection with ss -K");
+        }
+        eprintln!(
+            "SKIP idempotent_request_is_retried_when_its_pool_connection_dies: needs root (ss -K)"
+        );
+        return;
+    }
+    // The first request stalls (no reply byte); later ones are answered.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen2 = seen.clone();
+    let origin = scripted_origin(move |mut s| {
+        let _ = read_head(&mut s);
+        if seen2.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            std::thread::sleep(Duration::from_secs(20));
+            return;
+        }
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nretried");
+    });
+    let pair = start_pair("", &[]);
+    let client = {
+        let addr = pair.edge_addr;
+        std::thread::spawn(move || {
+            raw_request(
+                addr,
+                format!("GET http://{origin}/ HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+        })
+    };
+    let t0 = Instant::now();
+    while seen.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "request never reached the origin"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Kill the pool connections one at a time, letting the pool re-dial in between, until the
+    // one carrying the request is gone and the request was retried on another.
+    let t0 = Instant::now();
+    while !client.is_finished() {
+        assert!(t0.elapsed() < Duration::from_secs(15), "no retry happened");
+        let ports = pool_ports(pair.remote_addr);
+        if ports.len() >= 2 {
+            assert!(
+                kill_pool_connection(pair.remote_addr, ports[0]),
+                "ss -K failed"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (status, _, body) = client.join().unwrap();
+    assert_eq!((status, body.as_slice()), (200, &b"retried"[..]));
+    assert!(pair.edge.log_text().contains("retrying idempotent request"));
+}
