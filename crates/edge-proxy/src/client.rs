@@ -15,6 +15,7 @@
 //! It does NOT know about the pool: streams come from a [`Transport`].
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -217,6 +218,8 @@ struct ReplyJob<S> {
     continue_tx: Option<oneshot::Sender<()>>,
     /// The whole request, kept for one retry (idempotent and bodiless requests only).
     retry: Option<Bytes>,
+    /// Request body bytes uploaded so far (set by the reader, logged by the writer).
+    uploaded: Arc<AtomicU64>,
     started: Instant,
 }
 
@@ -239,7 +242,8 @@ fn idempotent(method: &str) -> bool {
 
 /// Validates a request and builds the head forwarded on the stream.
 fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
-    if head.method.is_empty() || !head.method.bytes().all(|b| b.is_ascii_uppercase()) {
+    // httparse only accepts token characters in a method; it must not be empty.
+    if head.method.is_empty() {
         return Err(EdgeError::BadRequest(format!(
             "invalid method {:?}",
             head.method
@@ -404,6 +408,7 @@ async fn read_requests<'a, T: Transport>(
             }
         };
         let (srd, mut swr) = tokio::io::split(stream);
+        let uploaded = Arc::new(AtomicU64::new(0));
         let (continue_tx, continue_rx) = if prep.expect_continue && !whole {
             let (a, b) = oneshot::channel();
             (Some(a), Some(b))
@@ -419,6 +424,7 @@ async fn read_requests<'a, T: Transport>(
             close: prep.close,
             continue_tx,
             retry: (whole && idempotent(&head.method)).then_some(first),
+            uploaded: uploaded.clone(),
             started,
         };
         if tx.send(Pending::Reply(Box::new(job))).await.is_err() {
@@ -435,7 +441,7 @@ async fn read_requests<'a, T: Transport>(
                 _ => OutFraming::Raw,
             };
             match http1::copy_body(prep.body, &mut rd, &mut buf, &mut swr, out).await {
-                Ok(_) => {}
+                Ok(n) => uploaded.store(n, Ordering::Relaxed),
                 // A client that stops mid-body broke its connection.
                 Err(CopyError::Read(e)) => {
                     tracing::debug!(%peer, error = %e, "client request body failed");
@@ -549,7 +555,7 @@ async fn write_replies<T: Transport>(
                             method: &job.method,
                             target: &job.log_target,
                             status: r.status,
-                            bytes_up: 0,
+                            bytes_up: job.uploaded.load(Ordering::Relaxed),
                             bytes_down: r.bytes,
                             duration: job.started.elapsed(),
                             outcome: r.far_error.as_deref().unwrap_or("ok"),
@@ -568,7 +574,7 @@ async fn write_replies<T: Transport>(
                             method: &job.method,
                             target: &job.log_target,
                             status: err.status(),
-                            bytes_up: 0,
+                            bytes_up: job.uploaded.load(Ordering::Relaxed),
                             bytes_down: 0,
                             duration: job.started.elapsed(),
                             outcome: err.tag(),
@@ -582,7 +588,7 @@ async fn write_replies<T: Transport>(
                             method: &job.method,
                             target: &job.log_target,
                             status: 0,
-                            bytes_up: 0,
+                            bytes_up: job.uploaded.load(Ordering::Relaxed),
                             bytes_down: 0,
                             duration: job.started.elapsed(),
                             outcome: "reply-cut",
