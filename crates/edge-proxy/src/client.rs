@@ -324,7 +324,7 @@ fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
 }
 
 /// Reads requests until the client closes, asks to close, errs, or the edge drains.
-/// Err means the client connection broke (everything in flight is abandoned).
+/// Err means the client connection closed or broke (everything in flight is abandoned).
 async fn read_requests<'a, T: Transport>(
     ctx: &Ctx<T>,
     mut rd: TcpReadHalf<'a>,
@@ -347,7 +347,9 @@ async fn read_requests<'a, T: Transport>(
         let head = match head {
             Err(_) => return Ok(()), // idle or slow head: close quietly
             Ok(Ok(Some(h))) => h,
-            Ok(Ok(None)) => return Ok(()),
+            // The client closed its side: like Squid (half_closed_clients off) and nginx, that
+            // aborts what is still in flight, so far-side work for a departed client stops.
+            Ok(Ok(None)) => return Err(()),
             Ok(Err(HeadError::Io(_))) => return Err(()),
             Ok(Err(e)) => {
                 let _ = tx
