@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::carrier::{Carrier, TcpCarrier};
+use crate::carrier::{PlainTcp, TcpCarrier, Upgrader};
 use crate::config::ServerConfig;
 use crate::driver::run_lane;
 use crate::shared::Shared;
@@ -30,6 +30,7 @@ pub struct Server {
 struct ServerInner {
     local_addr: SocketAddr,
     cfg: ServerConfig,
+    upgrader: Arc<dyn Upgrader>,
     /// Sessions by edge session id; a session is removed when its last lane ends.
     sessions: Mutex<HashMap<u64, Arc<Shared>>>,
     rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>,
@@ -46,8 +47,18 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// Binds `addr` and starts accepting pool connections.
+    /// Binds `addr` and starts accepting pool connections over plain TCP.
     pub async fn bind(addr: SocketAddr, cfg: ServerConfig) -> io::Result<Server> {
+        Server::bind_with(addr, cfg, Arc::new(PlainTcp)).await
+    }
+
+    /// Like [`Server::bind`], with each accepted connection passed through
+    /// `upgrader` (TLS, for example) before the HELLO is read.
+    pub async fn bind_with(
+        addr: SocketAddr,
+        cfg: ServerConfig,
+        upgrader: Arc<dyn Upgrader>,
+    ) -> io::Result<Server> {
         cfg.mux
             .validate()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -67,6 +78,7 @@ impl Server {
         let inner = Arc::new(ServerInner {
             local_addr,
             cfg,
+            upgrader,
             sessions: Mutex::new(HashMap::new()),
             rx: tokio::sync::Mutex::new(rx),
             tx,
@@ -183,8 +195,13 @@ async fn accept_loop(inner: Weak<ServerInner>, listener: TcpListener) {
 }
 
 async fn serve_conn(server: Arc<ServerInner>, stream: TcpStream) -> io::Result<()> {
-    let carrier = TcpCarrier::new(stream, &server.cfg.socket)?;
-    let mut carrier: Box<dyn Carrier> = Box::new(carrier);
+    let tcp = TcpCarrier::new(stream, &server.cfg.socket)?;
+    let mut carrier = tokio::time::timeout(
+        server.cfg.mux.handshake_timeout,
+        server.upgrader.upgrade(tcp),
+    )
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "carrier upgrade timed out"))??;
     // Read until the edge's HELLO is complete to learn its session id (§3.1).
     let mut pre = Vec::new();
     let hello = tokio::time::timeout(server.cfg.mux.handshake_timeout, async {

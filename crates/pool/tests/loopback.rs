@@ -188,3 +188,39 @@ async fn server_shutdown_drains_streams_in_progress_and_refuses_new_ones() {
     assert!(server.accept().await.is_none());
     pool.close(Duration::from_millis(100)).await;
 }
+
+/// Counts upgrades and passes the TCP carrier through (stands in for TLS).
+struct Counting(std::sync::atomic::AtomicUsize);
+
+impl pool::Upgrader for Counting {
+    fn upgrade(&self, tcp: pool::TcpCarrier) -> pool::DialFuture<'_> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        pool::PlainTcp.upgrade(tcp)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_passes_every_connection_through_its_upgrader() {
+    let up = std::sync::Arc::new(Counting(Default::default()));
+    let server = std::sync::Arc::new(
+        Server::bind_with(
+            "127.0.0.1:0".parse().unwrap(),
+            ServerConfig::default(),
+            up.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    spawn_echo(server.clone());
+    let pool = Pool::start(pool_cfg(server.local_addr(), 2));
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    echo_once(&pool, 1, 5000).await.unwrap();
+    for _ in 0..200 {
+        if up.0.load(std::sync::atomic::Ordering::SeqCst) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(up.0.load(std::sync::atomic::Ordering::SeqCst), 2);
+    pool.close(Duration::from_millis(100)).await;
+}
