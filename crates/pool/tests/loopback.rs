@@ -164,7 +164,7 @@ async fn server_shutdown_drains_streams_in_progress_and_refuses_new_ones() {
     let shut = tokio::spawn(async move { srv.shutdown(Duration::from_secs(5)).await });
     // Once the GOAWAY arrived, new streams are refused at once.
     let mut refused = false;
-    for _ in 0..200 {
+    for _ in 0..2000 {
         match pool.open(Kind::Tunnel, "echo:7", Bytes::new()).await {
             Err(pool::PoolError::Draining) => {
                 refused = true;
@@ -215,7 +215,7 @@ async fn server_passes_every_connection_through_its_upgrader() {
     let pool = Pool::start(pool_cfg(server.local_addr(), 2));
     assert!(pool.ready(Duration::from_secs(5)).await);
     echo_once(&pool, 1, 5000).await.unwrap();
-    for _ in 0..200 {
+    for _ in 0..2000 {
         if up.0.load(std::sync::atomic::Ordering::SeqCst) == 2 {
             break;
         }
