@@ -103,6 +103,19 @@ async fn many_concurrent_streams_echo_byte_exact() {
         stats.iter().all(|s| s.state == pool::LaneState::Up),
         "{stats:?}"
     );
+    // Every connection PINGed at start: its RTT and kernel view are reported.
+    for _ in 0..2000 {
+        if pool.stats().iter().all(|s| s.rtt.is_some()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for s in pool.stats() {
+        assert!(s.rtt.is_some(), "{s:?}");
+        let info = s.tcp_info.expect("TCP_INFO snapshot");
+        assert!(info.snd_mss > 0 && info.snd_cwnd > 0);
+        assert_eq!(s.peer, Some(server.local_addr()));
+    }
     let sstats = server.stats();
     assert_eq!(sstats.len(), 3);
     assert!(sstats.iter().all(|s| s.session == pool.session_id()));
