@@ -116,10 +116,16 @@ impl Server {
             s.op(|i| i.session.go_away("remote shutting down"));
         }
         let idle = async {
-            while sessions
-                .iter()
-                .any(|s| s.op(|i| i.session.stream_count()) > 0)
-            {
+            loop {
+                // Streams accepted by a session but no longer handed out
+                // (accept returns None now) were never processed: refuse them.
+                self.inner.refuse_queued();
+                if !sessions
+                    .iter()
+                    .any(|s| s.op(|i| i.session.stream_count()) > 0)
+                {
+                    break;
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         };
@@ -163,6 +169,15 @@ impl Drop for Server {
 }
 
 impl ServerInner {
+    /// Resets every incoming stream still queued with REFUSED_STREAM (retryable).
+    fn refuse_queued(&self) {
+        if let Ok(mut rx) = self.rx.try_lock() {
+            while let Ok(inc) = rx.try_recv() {
+                inc.stream.refuse();
+            }
+        }
+    }
+
     fn sessions(&self) -> Vec<Arc<Shared>> {
         self.sessions
             .lock()
