@@ -36,6 +36,8 @@ struct ServerInner {
     rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>,
     tx: mpsc::UnboundedSender<Incoming>,
     shutdown: watch::Sender<bool>,
+    /// Live pool connections (at most `cfg.max_connections`).
+    live: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Server {
@@ -62,6 +64,12 @@ impl Server {
         cfg.mux
             .validate()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        if cfg.max_connections == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "max_connections must be at least 1",
+            ));
+        }
         let sock = socket2::Socket::new(
             socket2::Domain::for_address(addr),
             socket2::Type::STREAM,
@@ -83,6 +91,7 @@ impl Server {
             rx: tokio::sync::Mutex::new(rx),
             tx,
             shutdown,
+            live: std::sync::atomic::AtomicUsize::new(0),
         });
         let accept_task = tokio::spawn(accept_loop(Arc::downgrade(&inner), listener));
         Ok(Server { inner, accept_task })
@@ -201,10 +210,22 @@ async fn accept_loop(inner: Weak<ServerInner>, listener: TcpListener) {
         let Some(server) = inner.upgrade() else {
             return;
         };
+        use std::sync::atomic::Ordering::SeqCst;
+        if server.live.fetch_add(1, SeqCst) >= server.cfg.max_connections {
+            server.live.fetch_sub(1, SeqCst);
+            tracing::warn!(
+                %peer,
+                max = server.cfg.max_connections,
+                "pool connection refused: too many connections"
+            );
+            drop(stream);
+            continue;
+        }
         tokio::spawn(async move {
-            if let Err(e) = serve_conn(server, stream).await {
+            if let Err(e) = serve_conn(server.clone(), stream).await {
                 tracing::warn!(%peer, error = %e, "pool connection rejected");
             }
+            server.live.fetch_sub(1, SeqCst);
         });
     }
 }

@@ -237,3 +237,30 @@ async fn server_passes_every_connection_through_its_upgrader() {
     assert_eq!(up.0.load(std::sync::atomic::Ordering::SeqCst), 2);
     pool.close(Duration::from_millis(100)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_caps_its_connections() {
+    let cfg = ServerConfig {
+        max_connections: 2,
+        ..ServerConfig::default()
+    };
+    let server = std::sync::Arc::new(
+        Server::bind("127.0.0.1:0".parse().unwrap(), cfg)
+            .await
+            .unwrap(),
+    );
+    spawn_echo(server.clone());
+    let pool = Pool::start(pool_cfg(server.local_addr(), 3));
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.stats().len(), 2);
+    let up = pool
+        .stats()
+        .iter()
+        .filter(|s| s.state == pool::LaneState::Up)
+        .count();
+    assert_eq!(up, 2);
+    // The pool still works over the connections it has.
+    echo_once(&pool, 3, 10_000).await.unwrap();
+    pool.close(Duration::from_millis(100)).await;
+}
