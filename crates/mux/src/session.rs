@@ -489,7 +489,8 @@ impl Session {
         })
     }
 
-    /// The next event, if any.
+    /// The next event, if any. Callers drain events after every input call;
+    /// repeated readiness events for one stream are coalesced.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -777,6 +778,13 @@ impl Session {
             return Err(StreamError::Reset { code, retryable });
         }
         Ok(s)
+    }
+
+    /// Queues a readiness event unless the same one is already last in line.
+    fn push_coalesced(&mut self, ev: Event) {
+        if self.events.back() != Some(&ev) {
+            self.events.push_back(ev);
+        }
     }
 
     fn announce(&mut self, conn: ConnId) {
@@ -1235,12 +1243,16 @@ impl Session {
         s.bytes_received += n;
         if n > 0 {
             s.recv_buf_len += n;
-            s.recv_buf.push_back(data);
+            // Copied out of the connection's receive buffer: a slice would pin
+            // the whole read buffer it came from, so a peer sending many tiny
+            // frames to a stalled stream could hold far more memory than the
+            // stream's window. With a copy, buffered bytes are real bytes.
+            s.recv_buf.push_back(Bytes::copy_from_slice(&data));
         }
         if fin {
             s.fin_received = true;
         }
-        self.events.push_back(Event::Readable(id));
+        self.push_coalesced(Event::Readable(id));
         self.gc(id);
     }
 
@@ -1274,7 +1286,7 @@ impl Session {
             self.reset_local(w.stream, ErrorCode::FLOW_CONTROL_ERROR, false, true);
             return Ok(());
         }
-        self.events.push_back(Event::Writable(w.stream));
+        self.push_coalesced(Event::Writable(w.stream));
         self.account(w.stream);
         Ok(())
     }

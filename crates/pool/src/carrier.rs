@@ -49,6 +49,27 @@ impl<T: Carrier + ?Sized> Carrier for Box<T> {
     }
 }
 
+/// Turns an accepted, tuned TCP connection into the server's carrier (for
+/// example by running a TLS handshake over it); the identity for plain TCP.
+pub trait Upgrader: Send + Sync + 'static {
+    /// Wraps `tcp`; a carrier built on it should forward [`Carrier::probe`]
+    /// to `tcp.probe()` so the kernel queue stays visible.
+    fn upgrade(&self, tcp: TcpCarrier) -> DialFuture<'_>;
+}
+
+/// The plain-TCP [`Upgrader`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlainTcp;
+
+impl Upgrader for PlainTcp {
+    fn upgrade(&self, tcp: TcpCarrier) -> DialFuture<'_> {
+        Box::pin(async move {
+            let c: Box<dyn Carrier> = Box::new(tcp);
+            Ok(c)
+        })
+    }
+}
+
 /// A plain, tuned TCP connection.
 #[derive(Debug)]
 pub struct TcpCarrier {

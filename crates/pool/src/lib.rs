@@ -65,7 +65,9 @@ mod stats;
 mod stream;
 
 pub use backoff::Backoff;
-pub use carrier::{tune, Carrier, DialFuture, Dialer, Probe, TcpCarrier, TcpDialer, TcpProbe};
+pub use carrier::{
+    tune, Carrier, DialFuture, Dialer, PlainTcp, Probe, TcpCarrier, TcpDialer, TcpProbe, Upgrader,
+};
 pub use config::*;
 pub use edge::Pool;
 pub use mux::{ErrorCode, Kind, Policy};

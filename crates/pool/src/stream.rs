@@ -55,6 +55,11 @@ impl MuxStream {
         })
     }
 
+    /// Resets with REFUSED_STREAM (never processed: the edge may retry) and drops.
+    pub(crate) fn refuse(mut self) {
+        self.reset(ErrorCode::REFUSED_STREAM);
+    }
+
     /// Bytes of the peer's direction delivered to us so far.
     pub fn bytes_received(&self) -> u64 {
         let id = self.id;

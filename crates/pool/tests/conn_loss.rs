@@ -98,7 +98,7 @@ async fn lost_connection_resets_its_streams_and_is_redialed() {
     });
     assert!(pool.ready(Duration::from_secs(5)).await);
     // Wait for both slots.
-    for _ in 0..200 {
+    for _ in 0..2000 {
         if pool.stats().iter().all(|s| s.state == LaneState::Up) {
             break;
         }
@@ -167,7 +167,7 @@ async fn lost_connection_resets_its_streams_and_is_redialed() {
 
     // The slot re-dials and the pool is whole again.
     let mut whole = false;
-    for _ in 0..300 {
+    for _ in 0..1000 {
         let st = pool.stats();
         if st.iter().all(|s| s.state == LaneState::Up) && st[0].reconnects >= 1 {
             whole = true;
