@@ -61,6 +61,8 @@ pub struct Settings {
     pub allowed_clients: Vec<IpNet>,
     /// Intercepted destination ports parsed as HTTP; other ports are tunnelled.
     pub transparent_http_ports: Vec<u16>,
+    /// Most client connections served at once; further ones wait in the accept queue.
+    pub max_client_connections: usize,
 }
 
 /// Shared state of all client connections.

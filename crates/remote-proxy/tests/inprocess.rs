@@ -257,6 +257,7 @@ async fn pair_with(
         connect_ports: Vec::new(),
         allowed_clients: vec!["127.0.0.0/8".parse().unwrap()],
         transparent_http_ports: vec![80],
+        max_client_connections: 1000,
     };
     tweak(&mut settings);
     let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
