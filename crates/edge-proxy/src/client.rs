@@ -89,6 +89,9 @@ pub enum Entry {
 }
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+/// `Via` entry the edge adds to forwarded requests and responses (RFC 9110 §7.6.3); the pair
+/// acts as one proxy.
+const VIA: &str = "1.1 longhaul";
 
 /// Serves one client connection to completion.
 pub async fn serve<T: Transport>(
@@ -307,6 +310,7 @@ fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
     http1::remove_header(&mut headers, "host");
     http1::remove_header(&mut headers, "content-length");
     headers.insert(0, Header::new("Host", host_value));
+    headers.push(Header::new("Via", VIA));
     if let Some(h) = http1::framing_header(body) {
         headers.push(h);
     }
@@ -698,6 +702,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
         }
         BodyKind::Length(_) | BodyKind::None => OutFraming::Raw,
     };
+    headers.push(Header::new("Via", VIA));
     if close {
         headers.push(Header::new("Connection", "close"));
     } else if job.client_minor == 0 {
@@ -779,7 +784,7 @@ mod tests {
         assert_eq!(p.auth.target(), "example.com:8080");
         assert_eq!(
             String::from_utf8(p.head).unwrap(),
-            "GET /x?y HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\n\r\n"
+            "GET /x?y HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\nVia: 1.1 longhaul\r\n\r\n"
         );
         assert!(!p.close);
     }
