@@ -20,6 +20,8 @@
 //!   existing network namespace (the test bed's namespaces).
 //! * [`wait_readable`]: `ppoll` on one descriptor with a nanosecond timeout (the
 //!   link emulator's deadline sleep).
+//! * [`set_thread_realtime`], [`set_thread_nice`] and [`set_timer_slack`]: scheduling of the calling thread
+//!   (the emulator's threads ask for a higher share and tight timers).
 //! * [`set_window_clamp`]: `TCP_WINDOW_CLAMP`, caps the receive window a socket advertises.
 //! * [`block_signals`], [`wait_signal`] and [`send_signal`]: synchronous signal handling
 //!   (`pthread_sigmask`, `sigwaitinfo`, `kill`) for command-line tools that must tear down
@@ -295,6 +297,48 @@ pub fn wait_readable(fd: impl AsFd, timeout: std::time::Duration) -> io::Result<
         return Err(e);
     }
     Ok(ret > 0 && pfd.revents != 0)
+}
+
+/// Moves the calling thread to `SCHED_FIFO` at `priority` (1..=99), so its timer
+/// wake-ups preempt ordinary work. Needs `CAP_SYS_NICE` (or an RT rlimit).
+pub fn set_thread_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: `pthread_self` is always valid for the calling thread; `param` is a
+    // valid `sched_param` that lives across the call.
+    let ret =
+        unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(())
+}
+
+/// Sets the nice value of the calling thread only (`setpriority(PRIO_PROCESS, tid)`).
+/// Negative values need `CAP_SYS_NICE`.
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: `gettid` has no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: `setpriority` takes integers and touches no memory of ours.
+    check(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) })?;
+    Ok(())
+}
+
+/// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`), in nanoseconds (≥ 1).
+pub fn set_timer_slack(ns: u64) -> io::Result<()> {
+    let ns = libc::c_ulong::try_from(ns.max(1)).unwrap_or(libc::c_ulong::MAX);
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument; the rest are ignored.
+    check(unsafe {
+        libc::prctl(
+            libc::PR_SET_TIMERSLACK,
+            ns,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })?;
+    Ok(())
 }
 
 /// Sets `TCP_WINDOW_CLAMP`: the socket never advertises a receive window above `bytes`.
