@@ -13,7 +13,7 @@
 //! * [`emulator`]: the thin thread-per-direction I/O loop around the model.
 //! * [`topology`]: namespaces, devices, addresses, routes, sysctls; [`Topology`].
 //! * [`calibrate`]: RTT, goodput and loss measured across the long link.
-//! * [`privileges`]: root, user-namespace or nothing; the gate tests use.
+//! * [`mod@privileges`]: root, user-namespace or nothing; the gate tests use.
 //!
 //! It does not shape IPv6 (disabled in the namespaces), emulate reordering,
 //! duplication or corruption, or model link-layer framing: rates count whole IP

@@ -123,7 +123,7 @@ fn dir_seed(seed: u64, k: u64) -> u64 {
 
 impl Topology {
     /// Brings the topology up for `profile`. Needs `CAP_SYS_ADMIN` and `CAP_NET_ADMIN`
-    /// (root, or root inside a user namespace: see [`crate::privileges`]).
+    /// (root, or root inside a user namespace: see [`crate::privileges()`]).
     pub fn up(profile: &Profile) -> anyhow::Result<Topology> {
         profile.validate()?;
         static INSTANCE: AtomicU32 = AtomicU32::new(0);
