@@ -468,7 +468,9 @@ impl Drop for Topology {
 pub fn ns_command(netns: &Path, userns: Option<&Path>, hosts: &Path, program: &str) -> Command {
     let mut c = Command::new("nsenter");
     if let Some(u) = userns {
-        c.arg(format!("--user={}", u.display()));
+        // The user namespace denies setgroups; keep the credentials, which map to its root.
+        c.arg(format!("--user={}", u.display()))
+            .arg("--preserve-credentials");
     }
     c.arg(format!("--net={}", netns.display()))
         .args(["--", "unshare", "--mount", "--propagation", "private", "--"])

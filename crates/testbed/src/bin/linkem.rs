@@ -287,7 +287,7 @@ fn up(args: &ProfileArgs, name: &str) -> anyhow::Result<ExitCode> {
         |r: Option<u64>| r.map_or("unlimited".into(), |r| format!("{} Mbit/s", r as f64 / 1e6));
     eprintln!(
         "linkem: {name} up, profile {} (RTT {:?}, down {}, up {}); client 10.77.1.2, edge 10.77.1.1/10.77.2.1, \
-         remote 10.77.2.2/10.77.3.1, origin 10.77.3.2\n  linkem exec client -- ping -c 3 10.77.3.2\n  linkem down",
+         remote 10.77.2.2/10.77.3.1, origin 10.77.3.2\n  linkem exec client -- curl http://origin/   (host names: client edge remote origin)\n  linkem down",
         profile.name,
         profile.rtt(),
         rate(profile.down.rate_bps),
