@@ -223,21 +223,31 @@ fn read_state(name: &str) -> anyhow::Result<State> {
     Ok(st)
 }
 
-/// Re-executes this command as root of a new user namespace; returns its exit code.
+/// Re-executes this command as root of a new user namespace and waits for it,
+/// forwarding SIGINT/SIGTERM/SIGHUP to it; returns its exit code.
 fn reexec_in_userns() -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("locating the linkem executable")?;
-    netsys::block_signals(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])?;
-    let status = Command::new("unshare")
+    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    netsys::block_signals(&signals)?;
+    // The child starts with an empty signal mask (std resets it before exec).
+    let mut child = Command::new("unshare")
         .args(["--user", "--map-root-user", "--"])
         .arg(exe)
         .args(std::env::args_os().skip(1))
         .env(IN_USERNS_ENV, "1")
         .env(RUN_DIR_ENV, run_dir())
-        .status()
+        .spawn()
         .context("running unshare --user --map-root-user")?;
-    Ok(ExitCode::from(
-        status.code().unwrap_or(1).clamp(0, 255) as u8
-    ))
+    let pid = i32::try_from(child.id()).context("child pid")?;
+    std::thread::spawn(move || {
+        while let Ok(sig) = netsys::wait_signal(&signals) {
+            if netsys::send_signal(pid, sig).is_err() {
+                break;
+            }
+        }
+    });
+    let status = child.wait().context("waiting for the user-namespace child")?;
+    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
 }
 
 fn needs_reexec() -> anyhow::Result<bool> {
