@@ -213,7 +213,7 @@ fn read_state(name: &str) -> anyhow::Result<State> {
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("no running instance {name:?} ({} missing)", path.display()))?;
     let st: State = serde_json::from_str(&text).context("corrupt state file")?;
-    if !PathBuf::from(format!("/proc/{}", st.pid)).exists() {
+    if !running(st.pid) {
         let _ = std::fs::remove_file(&path);
         bail!(
             "instance {name:?} is gone (pid {} not running); stale state removed",
@@ -246,8 +246,12 @@ fn reexec_in_userns() -> anyhow::Result<ExitCode> {
             }
         }
     });
-    let status = child.wait().context("waiting for the user-namespace child")?;
-    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
+    let status = child
+        .wait()
+        .context("waiting for the user-namespace child")?;
+    Ok(ExitCode::from(
+        status.code().unwrap_or(1).clamp(0, 255) as u8
+    ))
 }
 
 fn needs_reexec() -> anyhow::Result<bool> {
@@ -326,12 +330,24 @@ fn exec(namespace: &str, name: &str, command: &[String]) -> anyhow::Result<ExitC
     bail!("running nsenter: {err}")
 }
 
+/// Whether `pid` is alive (an exited process waiting to be reaped is not).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        // The state follows the parenthesised command name: `pid (comm) S ...`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+    }
+}
+
 fn down(name: &str) -> anyhow::Result<ExitCode> {
     let st = read_state(name)?;
     netsys::send_signal(st.pid as i32, libc::SIGTERM)
         .with_context(|| format!("signalling linkem pid {}", st.pid))?;
     let t = Instant::now();
-    while PathBuf::from(format!("/proc/{}", st.pid)).exists() {
+    while running(st.pid) {
         if t.elapsed() > DOWN_TIMEOUT {
             bail!("linkem pid {} did not exit within {DOWN_TIMEOUT:?}", st.pid);
         }
