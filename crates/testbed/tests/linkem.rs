@@ -8,6 +8,16 @@ use testbed::netns_test_gate;
 /// The timing-sensitive tests take turns.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Kills the held `linkem up` if the test fails before `linkem down`.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn linkem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_linkem"))
 }
@@ -19,19 +29,15 @@ fn up_exec_down() {
         return;
     }
     let name = format!("t{}", std::process::id());
-    let mut up = linkem()
-        .args([
-            "up",
-            "--profile",
-            "us-nz-1999",
-            "--rtt-ms",
-            "40",
-            "--name",
-            &name,
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut up = KillOnDrop(
+        linkem()
+            .args(["up", "--profile", "us-nz-1999", "--rtt-ms", "40"])
+            .args(["--name", &name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     // Wait until the instance answers.
     let t = Instant::now();
     let out = loop {
@@ -60,7 +66,7 @@ fn up_exec_down() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("already up"));
     let out = linkem().args(["down", "--name", &name]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
-    assert!(up.wait().unwrap().success());
+    assert!(up.0.wait().unwrap().success());
     let out = linkem()
         .args(["exec", "--name", &name, "client", "--", "true"])
         .output()

@@ -14,12 +14,13 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 use testbed::calibrate::{self, DEFAULT_LOSS_PACKETS, DEFAULT_RTT_SAMPLES};
-use testbed::privileges::IN_USERNS_ENV;
 use testbed::topology::ns_command;
 use testbed::{privileges, Node, Privileges, Profile, ProfileSpec, Topology};
 
 /// Environment variable carrying the run directory into the user-namespace child.
 const RUN_DIR_ENV: &str = "LINKEM_RUN_DIR";
+/// Set on the child `linkem` re-executes inside a new user namespace.
+const REEXEC_ENV: &str = "LINKEM_IN_USERNS";
 /// How long `linkem down` waits for the holder to finish tearing down.
 const DOWN_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -176,13 +177,20 @@ fn run_dir() -> PathBuf {
     if let Some(d) = std::env::var_os(RUN_DIR_ENV) {
         return PathBuf::from(d);
     }
-    if privileges() == Privileges::Root && std::env::var_os(IN_USERNS_ENV).is_none() {
+    if privileges() == Privileges::Root && initial_user_namespace() {
         return PathBuf::from("/run/linkem");
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) => PathBuf::from(d).join("linkem"),
         None => std::env::temp_dir().join(format!("linkem-{}", uid())),
     }
+}
+
+/// Whether this process is in the initial user namespace (identity uid map).
+fn initial_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
+        .unwrap_or(false)
 }
 
 fn uid() -> String {
@@ -234,7 +242,7 @@ fn reexec_in_userns() -> anyhow::Result<ExitCode> {
         .args(["--user", "--map-root-user", "--"])
         .arg(exe)
         .args(std::env::args_os().skip(1))
-        .env(IN_USERNS_ENV, "1")
+        .env(REEXEC_ENV, "1")
         .env(RUN_DIR_ENV, run_dir())
         .spawn()
         .context("running unshare --user --map-root-user")?;
@@ -257,7 +265,7 @@ fn reexec_in_userns() -> anyhow::Result<ExitCode> {
 fn needs_reexec() -> anyhow::Result<bool> {
     match privileges() {
         Privileges::Root => Ok(false),
-        Privileges::UserNamespace => Ok(std::env::var_os(IN_USERNS_ENV).is_none()),
+        Privileges::UserNamespace => Ok(std::env::var_os(REEXEC_ENV).is_none()),
         Privileges::None => bail!(
             "cannot create network namespaces: not root and unprivileged user namespaces are unavailable \
              (check /proc/sys/user/max_user_namespaces and kernel.unprivileged_userns_clone)"
@@ -283,7 +291,9 @@ fn up(args: &ProfileArgs, name: &str) -> anyhow::Result<ExitCode> {
     let topo = Topology::up(&profile)?;
     let dir = path.parent().context("state path has no parent")?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let userns = std::env::var_os(IN_USERNS_ENV)
+    // Recorded only when this process made its own user namespace: `exec` from
+    // outside must enter it first.
+    let userns = std::env::var_os(REEXEC_ENV)
         .map(|_| PathBuf::from(format!("/proc/{}/ns/user", std::process::id())));
     let state = State {
         pid: std::process::id(),
@@ -324,7 +334,16 @@ fn exec(namespace: &str, name: &str, command: &[String]) -> anyhow::Result<ExitC
         .find(|(n, _)| n == node.name())
         .map(|(_, p)| p.clone())
         .context("state file lacks the namespace")?;
-    let mut cmd = ns_command(&netns, st.userns.as_deref(), &st.hosts, &command[0]);
+    // Entering the user namespace we are already in is an error (EINVAL): skip it.
+    let same = |p: &PathBuf| match (
+        std::fs::read_link(p),
+        std::fs::read_link("/proc/self/ns/user"),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    let userns = st.userns.as_ref().filter(|p| !same(p));
+    let mut cmd = ns_command(&netns, userns.map(PathBuf::as_path), &st.hosts, &command[0]);
     cmd.args(&command[1..]);
     let err = cmd.exec();
     bail!("running nsenter: {err}")
