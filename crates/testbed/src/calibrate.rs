@@ -22,9 +22,21 @@ pub const DEFAULT_LOSS_PACKETS: u32 = 10_000;
 /// UDP payload of the loss probes (sequence number plus padding).
 pub const LOSS_PAYLOAD: usize = 64;
 /// Highest probe rate of the loss measurement, packets/s: slow enough that neither
-/// the receiving socket nor the emulator loop drops anything on a loaded machine
-/// (10 000 probes take 2 s).
-pub const DEFAULT_LOSS_PROBE_PPS: f64 = 5000.0;
+/// the receiving socket nor the emulator loop drops anything on a loaded machine.
+pub const DEFAULT_LOSS_PROBE_PPS: f64 = 20_000.0;
+/// Losses the default probe count aims to observe, so that ± 20 % is about three
+/// standard deviations of the binomial count even for rare loss.
+pub const DEFAULT_EXPECTED_LOSSES: f64 = 200.0;
+
+/// Probes for a loss measurement of the down direction: at least
+/// [`DEFAULT_LOSS_PACKETS`], more when loss is rare (0.1 % → 200 000).
+pub fn default_loss_packets(profile: &crate::Profile) -> u32 {
+    let p = profile.down.loss.mean_loss();
+    if p <= 0.0 {
+        return DEFAULT_LOSS_PACKETS;
+    }
+    ((DEFAULT_EXPECTED_LOSSES / p).ceil() as u32).clamp(DEFAULT_LOSS_PACKETS, 1_000_000)
+}
 /// TCP payload per full-size packet at MTU 1500 with timestamps (1500 − 20 − 20 − 12):
 /// the link rate counts whole IP packets, so one TCP flow's goodput ceiling is
 /// `rate × TCP_PAYLOAD / MTU` (96.5 % of the rate).
@@ -195,17 +207,42 @@ pub struct LossMeasurement {
     pub sent: u32,
     /// Distinct probes received.
     pub received: u32,
+    /// Probes the receiving host dropped for a full socket buffer (the edge namespace's
+    /// UDP `RcvbufErrors` during the measurement): they crossed the link, so they are
+    /// not counted as link loss.
+    pub receiver_drops: u64,
 }
 
 impl LossMeasurement {
-    /// Fraction lost.
+    /// Fraction lost on the link.
     pub fn rate(&self) -> f64 {
         if self.sent == 0 {
-            0.0
-        } else {
-            1.0 - f64::from(self.received) / f64::from(self.sent)
+            return 0.0;
         }
+        let arrived = u64::from(self.received) + self.receiver_drops;
+        let lost = u64::from(self.sent).saturating_sub(arrived);
+        lost as f64 / f64::from(self.sent)
     }
+
+    /// Probes lost on the link.
+    pub fn lost(&self) -> u64 {
+        u64::from(self.sent).saturating_sub(u64::from(self.received) + self.receiver_drops)
+    }
+}
+
+/// The UDP `RcvbufErrors` counter of the namespace the calling thread is in.
+fn udp_rcvbuf_errors() -> std::io::Result<u64> {
+    let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp")?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
+        return Err(std::io::Error::other("no Udp lines in snmp"));
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .ok_or_else(|| std::io::Error::other("no RcvbufErrors in snmp"))
 }
 
 /// Sends `packets` UDP probes remote → edge, paced at half the down rate (at most
@@ -213,6 +250,7 @@ impl LossMeasurement {
 /// arrive.
 pub fn loss(topo: &Topology, packets: u32) -> anyhow::Result<LossMeasurement> {
     let rx = topo.run_in(Node::Edge, || UdpSocket::bind((EDGE_LONG_ADDR, 0)))??;
+    let drops_before = topo.run_in(Node::Edge, udp_rcvbuf_errors)??;
     let rx_addr = rx.local_addr()?;
     let tx = topo.run_in(Node::Remote, || UdpSocket::bind((REMOTE_LONG_ADDR, 0)))??;
     let wire_bits = ((LOSS_PAYLOAD + 28) * 8) as f64;
@@ -266,9 +304,11 @@ pub fn loss(topo: &Topology, packets: u32) -> anyhow::Result<LossMeasurement> {
     let received = receiver
         .join()
         .map_err(|_| anyhow::anyhow!("loss receiver panicked"))??;
+    let drops_after = topo.run_in(Node::Edge, udp_rcvbuf_errors)??;
     Ok(LossMeasurement {
         sent: packets,
         received,
+        receiver_drops: drops_after.saturating_sub(drops_before),
     })
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
-use testbed::calibrate::{self, DEFAULT_LOSS_PACKETS, DEFAULT_RTT_SAMPLES};
+use testbed::calibrate::{self, DEFAULT_RTT_SAMPLES};
 use testbed::topology::ns_command;
 use testbed::{privileges, Node, Privileges, Profile, ProfileSpec, Topology};
 
@@ -66,9 +66,10 @@ enum Cmd {
         /// Ping-pong samples (median reported).
         #[arg(long, default_value_t = DEFAULT_RTT_SAMPLES)]
         rtt_samples: usize,
-        /// UDP probes for the loss rate.
-        #[arg(long, default_value_t = DEFAULT_LOSS_PACKETS)]
-        loss_packets: u32,
+        /// UDP probes for the loss rate (default: 10 000, more when loss is rare so
+        /// that about 200 losses are expected).
+        #[arg(long)]
+        loss_packets: Option<u32>,
     },
     /// Takes a running instance down.
     Down {
@@ -379,9 +380,10 @@ fn calibrate_cmd(
     args: &ProfileArgs,
     json: bool,
     rtt_samples: usize,
-    loss_packets: u32,
+    loss_packets: Option<u32>,
 ) -> anyhow::Result<ExitCode> {
     let profile = args.resolve()?;
+    let loss_packets = loss_packets.unwrap_or_else(|| calibrate::default_loss_packets(&profile));
     if !(1..=10_000).contains(&rtt_samples) || !(1..=10_000_000).contains(&loss_packets) {
         bail!("--rtt-samples must be 1..=10000 and --loss-packets 1..=10000000");
     }
@@ -425,11 +427,12 @@ fn calibrate_cmd(
         None => println!("  goodput  {:.2} Mbit/s  ({})", c.goodput_mbps, c.goodput_cc),
     }
     println!(
-        "  loss     {:.4}  ({} of {} lost; profile {:.4})",
+        "  loss     {:.4}  ({} of {} lost on the link; profile {:.4}; {} dropped by a full receive buffer, not counted)",
         c.loss_rate,
-        c.loss.sent - c.loss.received,
+        c.loss.lost(),
         c.loss.sent,
-        e.loss_rate
+        e.loss_rate,
+        c.loss.receiver_drops
     );
     println!(
         "  emulator lateness p99 {:.0} us, max {:.0} us; queue drops {}, loss-model drops {}",
