@@ -18,7 +18,7 @@ use crate::model::{DirectionStats, LinkModel};
 use crate::profile::DirectionSpec;
 
 /// How long before a due time the loop stops sleeping and starts spinning.
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(250);
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
 /// The same for a thread that obtained real-time scheduling (prompt wake-ups).
 pub const DEFAULT_SPIN_REALTIME: Duration = Duration::from_micros(20);
 /// `SCHED_FIFO` priority of the emulator threads when permitted: above ordinary
