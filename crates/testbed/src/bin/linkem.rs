@@ -390,7 +390,20 @@ fn calibrate_cmd(
     if needs_reexec()? {
         return reexec_in_userns();
     }
+    // Ctrl-C: the namespaces and devices die with the process (nothing runs inside
+    // during a calibration); only the hosts file's directory needs removing.
+    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    netsys::block_signals(&signals)?;
     let topo = Topology::up(&profile)?;
+    if let Some(dir) = topo.hosts_path().parent().map(PathBuf::from) {
+        std::thread::spawn(move || {
+            if let Ok(sig) = netsys::wait_signal(&signals) {
+                let _ = std::fs::remove_dir_all(&dir);
+                eprintln!("linkem: calibration interrupted");
+                std::process::exit(128 + sig);
+            }
+        });
+    }
     let c = calibrate::calibrate(&topo, rtt_samples, loss_packets)?;
     topo.down()?;
     if json {
