@@ -397,13 +397,33 @@ impl Carrier for TlsCarrier {
     }
 }
 
+/// Names the peer in a TLS-level failure after the handshake (in TLS 1.3 a client learns that
+/// the server refused its certificate only from the alert that follows), so the log line says
+/// who refused and why.
+fn with_peer<T>(
+    p: std::task::Poll<io::Result<T>>,
+    probe: &dyn Probe,
+) -> std::task::Poll<io::Result<T>> {
+    p.map_err(|e| {
+        if e.get_ref().is_some_and(|i| i.is::<rustls::Error>()) {
+            io::Error::new(e.kind(), format!("TLS with {}: {e}", fmt_peer(probe)))
+        } else {
+            e
+        }
+    })
+}
+
 impl AsyncRead for TlsCarrier {
     fn poll_read(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let this = self.get_mut();
+        with_peer(
+            std::pin::Pin::new(&mut this.stream).poll_read(cx, buf),
+            this.probe.as_ref(),
+        )
     }
 }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use pool::tls::{gen_keys, GenKeysOptions, TlsClient, TlsDialer, TlsFiles, TlsServer, ALPN};
 use pool::{
-    Kind, LaneState, Pool, PoolConfig, PoolError, Server, ServerConfig, SocketOptions, TcpCarrier,
-    Upgrader,
+    Carrier, Kind, LaneState, Pool, PoolConfig, PoolError, Server, ServerConfig, SocketOptions,
+    TcpCarrier, Upgrader,
 };
 use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -498,4 +498,56 @@ async fn gen_keys_writes_private_keys_0600_and_refuses_to_overwrite() {
     // Bad files give errors naming the file.
     let e = TlsClient::new(files(d2.path(), "nosuch", &[d2.path()]), "x").unwrap_err();
     assert!(e.to_string().contains("nosuch.pem"), "{e}");
+}
+
+#[tokio::test]
+async fn a_refused_client_learns_who_refused_and_why() {
+    let good = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    keys(good.path());
+    keys(other.path());
+    let srv = TlsServer::new(files(good.path(), "remote", &[good.path()])).unwrap();
+    let cli = TlsClient::new(
+        TlsFiles {
+            ca: vec![good.path().join("ca.pem")],
+            ..files(other.path(), "edge", &[])
+        },
+        "longhaul-remote",
+    )
+    .unwrap();
+    let (c, s) = tcp_pair().await;
+    let server_addr = s.probe().local_addr().unwrap();
+    let client = async {
+        let mut conn = cli.connect(c).await?;
+        let mut b = [0u8; 1];
+        conn.read(&mut b).await
+    };
+    let (cr, _) = tokio::join!(client, srv.accept(s));
+    let ce = cr.unwrap_err().to_string();
+    assert!(
+        ce.contains(&format!("TLS with {server_addr}")) && ce.contains("UnknownCA"),
+        "{ce}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_certificate_cannot_serve_as_an_edge_certificate() {
+    // Same CA, but the remote's certificate (serverAuth only) presented by a client.
+    let d = tempfile::tempdir().unwrap();
+    keys(d.path());
+    let srv = TlsServer::new(files(d.path(), "remote", &[d.path()])).unwrap();
+    let cli = TlsClient::new(files(d.path(), "remote", &[d.path()]), "longhaul-remote").unwrap();
+    let (c, s) = tcp_pair().await;
+    let client = async {
+        let mut conn = cli.connect(c).await?;
+        let mut b = [0u8; 1];
+        conn.read(&mut b).await
+    };
+    let (cr, sr) = tokio::join!(client, srv.accept(s));
+    let se = sr.unwrap_err().to_string();
+    assert!(
+        se.contains("invalid peer certificate") && se.contains("client authentication"),
+        "{se}"
+    );
+    assert!(cr.is_err());
 }
