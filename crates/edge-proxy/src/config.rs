@@ -6,7 +6,7 @@
 //! file (see the binary). It does NOT open sockets.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -144,6 +144,66 @@ fn default_http_ports() -> Vec<u16> {
     DEFAULT_TRANSPARENT_HTTP_PORTS.to_vec()
 }
 
+/// Mutual TLS 1.3 of pool connections (`[pool.tls]` on the edge, `[tls]` on the remote):
+/// PEM files as `gen-keys` writes them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// This side's certificate (edge: `edge.pem`, remote: `remote.pem`).
+    pub cert: PathBuf,
+    /// This side's private key (mode 0600).
+    pub key: PathBuf,
+    /// CA certificates the peer's certificate must chain to. All are trusted at once: list the
+    /// old and the new CA during a key rotation.
+    pub ca: Vec<PathBuf>,
+    /// Edge only: the name the remote's certificate must carry (a DNS name or an IP address
+    /// in its subjectAltName). Default: the name `gen-keys` uses, [`pool::tls::DEFAULT_SERVER_NAME`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+}
+
+impl TlsSection {
+    /// The files `gen-keys --out dir` wrote for `side` ("edge" or "remote").
+    pub fn from_dir(dir: &Path, side: &str) -> TlsSection {
+        TlsSection {
+            cert: dir.join(format!("{side}.pem")),
+            key: dir.join(format!("{side}.key")),
+            ca: vec![dir.join("ca.pem")],
+            server_name: None,
+        }
+    }
+
+    /// The pool crate's view of the files.
+    pub fn files(&self) -> pool::tls::TlsFiles {
+        pool::tls::TlsFiles {
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            ca: self.ca.clone(),
+        }
+    }
+
+    /// Checks the section's shape (the files themselves are loaded by the binary).
+    pub fn validate(&self, key: &str) -> Result<(), String> {
+        if self.ca.is_empty() {
+            return Err(format!(
+                "{key}.ca is empty: list at least one CA certificate file"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `host:port` names this host (a loopback address or `localhost`).
+pub fn is_loopback_authority(s: &str) -> bool {
+    match crate::target::parse_authority(s, None) {
+        Ok(a) => match a.ip() {
+            Some(ip) => ip.is_loopback(),
+            None => a.host == "localhost",
+        },
+        Err(_) => false,
+    }
+}
+
 /// The pool of connections to the remote proxy.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -159,6 +219,10 @@ pub struct PoolSection {
     pub congestion: String,
     /// Wait at start-up for the first pool connection before accepting clients anyway.
     pub ready_timeout_ms: u64,
+    /// Mutual TLS of pool connections; absent = plaintext TCP, allowed only while every
+    /// address is loopback (see [`EdgeConfig::requires_tls`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSection>,
 }
 
 impl Default for PoolSection {
@@ -169,6 +233,7 @@ impl Default for PoolSection {
             policy: PolicyName::LeastOutstanding,
             congestion: DEFAULT_CONGESTION.into(),
             ready_timeout_ms: DEFAULT_READY_TIMEOUT_MS,
+            tls: None,
         }
     }
 }
@@ -279,6 +344,17 @@ impl EdgeConfig {
             }
         }
         check_host_port("pool.remote", &self.pool.remote)?;
+        match (&self.pool.tls, self.requires_tls()) {
+            (Some(t), _) => t.validate("pool.tls")?,
+            (None, Some(why)) => {
+                return Err(format!(
+                    "{why}: pool connections leave this host, so they must run mutual TLS; \
+                     add a [pool.tls] section (cert, key, ca) — `edge-proxy gen-keys --out DIR` \
+                     makes the files — or use loopback addresses only (development)"
+                ))
+            }
+            (None, None) => {}
+        }
         if !(1..=1024).contains(&self.pool.connections) {
             return Err(format!(
                 "pool.connections {} must be in 1..=1024",
@@ -330,6 +406,26 @@ impl EdgeConfig {
             }
         }
         self.link.validate()
+    }
+
+    /// Why plaintext pool connections are not allowed, if they are not: production means any
+    /// non-loopback listen address or remote, and production pools run mutual TLS. `None`:
+    /// every address is loopback (development; plaintext allowed).
+    pub fn requires_tls(&self) -> Option<String> {
+        if !is_loopback_authority(&self.pool.remote) {
+            return Some(format!(
+                "pool.remote {} is not a loopback address",
+                self.pool.remote
+            ));
+        }
+        let mut addrs = vec![("listen", self.listen)];
+        if let Some(t) = &self.transparent {
+            addrs.push(("transparent.listen", t.listen));
+        }
+        addrs
+            .into_iter()
+            .find(|(_, a)| !a.ip().is_loopback())
+            .map(|(key, a)| format!("{key} {a} is not a loopback address (production)"))
     }
 
     /// Per-connection behaviour derived from this configuration.
@@ -393,8 +489,11 @@ mod tests {
         assert!(c.validate().unwrap_err().contains("development mode"));
         let c: EdgeConfig = toml::from_str("listen = \"0.0.0.0:3128\"").unwrap();
         assert_eq!(c.mode(), Mode::Production);
-        let c: EdgeConfig =
-            toml::from_str("mode = \"production\"\nlisten = \"0.0.0.0:3128\"").unwrap();
+        let c: EdgeConfig = toml::from_str(
+            "mode = \"production\"\nlisten = \"0.0.0.0:3128\"\n\
+             [pool.tls]\ncert = \"e.pem\"\nkey = \"e.key\"\nca = [\"ca.pem\"]",
+        )
+        .unwrap();
         c.validate().unwrap();
         let c: EdgeConfig = toml::from_str("[pool]\nconnections = 0").unwrap();
         assert!(c.validate().unwrap_err().contains("pool.connections"));
@@ -402,6 +501,35 @@ mod tests {
         assert!(c.validate().unwrap_err().contains("pool.remote"));
         let c: EdgeConfig = toml::from_str("connect_reply = \"after-connect\"").unwrap();
         assert_eq!(c.connect_reply, ConnectReply::AfterConnect);
+    }
+
+    #[test]
+    fn non_loopback_addresses_require_tls() {
+        let c: EdgeConfig = toml::from_str("[pool]\nremote = \"203.0.113.10:4443\"").unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(
+            e.contains("pool.remote 203.0.113.10:4443 is not a loopback"),
+            "{e}"
+        );
+        assert!(e.contains("[pool.tls]"), "{e}");
+        let c: EdgeConfig =
+            toml::from_str("mode = \"production\"\nlisten = \"0.0.0.0:3128\"").unwrap();
+        assert!(c.validate().unwrap_err().contains("listen 0.0.0.0:3128"));
+        let c: EdgeConfig = toml::from_str(
+            "listen = \"0.0.0.0:3128\"\n[pool]\nremote = \"remote.example.net:4443\"\n\
+             [pool.tls]\ncert = \"e.pem\"\nkey = \"e.key\"\nca = [\"ca.pem\"]",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let c: EdgeConfig =
+            toml::from_str("[pool.tls]\ncert = \"e.pem\"\nkey = \"e.key\"\nca = []").unwrap();
+        assert!(c.validate().unwrap_err().contains("pool.tls.ca is empty"));
+        // Loopback everywhere: plaintext is allowed (development, the demo).
+        for r in ["127.0.0.1:4443", "localhost:4443", "[::1]:4443"] {
+            assert!(is_loopback_authority(r), "{r}");
+        }
+        assert!(!is_loopback_authority("localhost.example:4443"));
+        assert!(EdgeConfig::default().requires_tls().is_none());
     }
 
     #[test]

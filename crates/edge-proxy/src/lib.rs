@@ -17,6 +17,7 @@ pub mod client;
 pub mod config;
 pub mod errors;
 pub mod http1;
+pub mod keys;
 pub mod pool_transport;
 pub mod server;
 pub mod target;

@@ -5,14 +5,15 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
 use edge_proxy::client::ConnectReply;
 use edge_proxy::config::{
-    init_logging, load_toml, EdgeConfig, LogFormat, PolicyName, TransparentConfig,
+    init_logging, load_toml, EdgeConfig, LogFormat, PolicyName, TlsSection, TransparentConfig,
 };
-use edge_proxy::pool_transport::pool_config;
+use edge_proxy::pool_transport::{pool_config, start_pool, tls_client};
 use edge_proxy::server::{self, Interception, Listeners};
 use ipnet::IpNet;
 use tokio::net::TcpListener;
@@ -20,8 +21,10 @@ use tokio::net::TcpListener;
 /// Near-side longhaul proxy: HTTP/1.1 forward proxy, CONNECT and transparent interception,
 /// carried over a pool of warm connections to a remote proxy.
 #[derive(Debug, Parser)]
-#[command(name = "edge-proxy", version)]
+#[command(name = "edge-proxy", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
     /// TOML configuration file; the flags below override it.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -61,6 +64,16 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/edge.pem, DIR/edge.key,
+    /// DIR/ca.pem); replaces the [pool.tls] file paths.
+    #[arg(long, value_name = "DIR")]
+    tls_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// Make a deployment CA and edge/remote certificates for the pool's mutual TLS.
+    GenKeys(edge_proxy::keys::GenKeysArgs),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -119,11 +132,20 @@ fn load(args: &Args) -> anyhow::Result<EdgeConfig> {
     if let Some(v) = args.log_format {
         cfg.log_format = v;
     }
+    if let Some(d) = &args.tls_dir {
+        let name = cfg.pool.tls.as_ref().and_then(|t| t.server_name.clone());
+        cfg.pool.tls = Some(TlsSection {
+            server_name: name,
+            ..TlsSection::from_dir(d, "edge")
+        });
+    }
     cfg.validate()
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     pool_config(&cfg)
         .validate()
         .map_err(|e| anyhow::anyhow!("invalid pool configuration: {e}"))?;
+    // Load the key files now so that --check-config reports them.
+    tls_client(&cfg).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     Ok(cfg)
 }
 
@@ -153,6 +175,25 @@ async fn shutdown_signal() {
     }
 }
 
+/// SIGHUP re-reads the TLS files: new pool connections use them, established ones continue.
+async fn reload_on_sighup(tls: Option<Arc<pool::tls::TlsClient>>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match &tls {
+            Some(t) => match t.reload() {
+                Ok(()) => tracing::info!("SIGHUP: TLS files reloaded for new pool connections"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "SIGHUP: TLS files do not load; keeping the previous ones")
+                }
+            },
+            None => tracing::info!("SIGHUP: no [pool.tls] configured, nothing to reload"),
+        }
+    }
+}
+
 async fn run(cfg: EdgeConfig) -> anyhow::Result<()> {
     let proxy = TcpListener::bind(cfg.listen)
         .await
@@ -164,12 +205,15 @@ async fn run(cfg: EdgeConfig) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let pool = pool::Pool::try_start(pool_config(&cfg))?;
+    let tls = tls_client(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let pool = start_pool(&cfg, tls.clone())?;
+    tokio::spawn(reload_on_sighup(tls));
     tracing::info!(
         listen = %cfg.listen,
         transparent = ?cfg.transparent.as_ref().map(|t| t.listen),
         remote = %cfg.pool.remote,
         connections = cfg.pool.connections,
+        tls = cfg.pool.tls.is_some(),
         mode = ?cfg.mode(),
         "edge-proxy starting"
     );
@@ -201,6 +245,9 @@ async fn run(cfg: EdgeConfig) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Cmd::GenKeys(g)) = &args.cmd {
+        return edge_proxy::keys::run("edge-proxy", g);
+    }
     let cfg = match load(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -209,7 +256,15 @@ fn main() -> ExitCode {
         }
     };
     if args.check_config {
-        println!("edge-proxy: configuration OK (mode {:?})", cfg.mode());
+        println!(
+            "edge-proxy: configuration OK (mode {:?}, pool {})",
+            cfg.mode(),
+            if cfg.pool.tls.is_some() {
+                "mutual TLS 1.3"
+            } else {
+                "plaintext TCP, loopback only"
+            }
+        );
         return ExitCode::SUCCESS;
     }
     init_logging(cfg.log_format);

@@ -5,10 +5,12 @@
 //! client-visible statuses). It does NOT implement the pool.
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use pool::{ErrorCode, Kind, MuxStream, Pool, PoolConfig, SocketOptions};
+use pool::tls::{TlsClient, TlsDialer};
+use pool::{ErrorCode, Kind, MuxStream, Pool, PoolConfig, PoolError, SocketOptions};
 
 use crate::config::{EdgeConfig, LinkConfig, PolicyName};
 use crate::transport::{FarCode, FarFailure, OpenError, StreamKind, Transport};
@@ -78,6 +80,37 @@ pub fn socket_options(congestion: &str) -> SocketOptions {
     SocketOptions {
         congestion: Some(congestion.to_string()),
         ..SocketOptions::default()
+    }
+}
+
+/// The edge's TLS client from `[pool.tls]`, loaded now (errors name the file); `None` when
+/// the pool runs plaintext (loopback only, see [`EdgeConfig::requires_tls`]).
+pub fn tls_client(cfg: &EdgeConfig) -> Result<Option<Arc<TlsClient>>, String> {
+    let Some(t) = &cfg.pool.tls else {
+        return Ok(None);
+    };
+    let name = t
+        .server_name
+        .as_deref()
+        .unwrap_or(pool::tls::DEFAULT_SERVER_NAME);
+    TlsClient::new(t.files(), name)
+        .map(|c| Some(Arc::new(c)))
+        .map_err(|e| format!("pool.tls: {e}"))
+}
+
+/// Starts the edge's pool: TLS over TCP when `tls` is given, plaintext TCP otherwise.
+pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Pool, PoolError> {
+    let pc = pool_config(cfg);
+    match tls {
+        Some(tls) => {
+            let dialer = Arc::new(TlsDialer {
+                remote: pc.remote.clone(),
+                opts: pc.socket.clone(),
+                tls,
+            });
+            Pool::start_with_dialer(pc, dialer)
+        }
+        None => Pool::try_start(pc),
     }
 }
 

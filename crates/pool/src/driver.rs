@@ -121,6 +121,9 @@ async fn writer(
         });
         if !buf.is_empty() {
             wr.write_all(&buf).await?;
+            // A TLS carrier may keep the last records in its buffer when the socket
+            // was full; nothing else would push them out.
+            wr.flush().await?;
             kernel = probe.kernel_outstanding();
             shared.op(|i| i.session.set_kernel_outstanding(conn, kernel));
             if !close {

@@ -49,9 +49,11 @@
 //! # }
 //! ```
 //!
+//! Mutually authenticated TLS 1.3 carriers live in [`tls`] ([`tls::TlsDialer`]
+//! with [`Pool::start_with_dialer`], [`tls::TlsServer`] with [`Server::bind_with`]).
+//!
 //! What it does NOT do: no protocol logic (framing, credit, scheduling live in
-//! `mux`), no TLS or QUIC yet (they plug in through [`Carrier`] and [`Dialer`]),
-//! no HTTP.
+//! `mux`), no QUIC yet (it plugs in through [`Carrier`] and [`Dialer`]), no HTTP.
 #![forbid(unsafe_code)]
 
 mod backoff;
@@ -63,6 +65,7 @@ mod server;
 mod shared;
 mod stats;
 mod stream;
+pub mod tls;
 
 pub use backoff::Backoff;
 pub use carrier::{

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use edge_proxy::config::{LinkConfig, LogFormat, Mode};
+use edge_proxy::config::{LinkConfig, LogFormat, Mode, TlsSection};
 use serde::{Deserialize, Serialize};
 
 use crate::handler::Settings;
@@ -55,6 +55,10 @@ pub struct RemoteConfig {
     pub log_format: LogFormat,
     /// The long link (window sizing).
     pub link: LinkConfig,
+    /// Mutual TLS of pool connections (`[tls]`: cert, key, ca); absent = plaintext TCP,
+    /// allowed only on a loopback listen address (see [`RemoteConfig::requires_tls`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSection>,
 }
 
 impl Default for RemoteConfig {
@@ -72,6 +76,7 @@ impl Default for RemoteConfig {
             congestion: edge_proxy::config::DEFAULT_CONGESTION.into(),
             log_format: LogFormat::Text,
             link: LinkConfig::default(),
+            tls: None,
         }
     }
 }
@@ -96,6 +101,25 @@ impl RemoteConfig {
                 self.listen
             ));
         }
+        match (&self.tls, self.requires_tls()) {
+            (Some(t), _) => {
+                t.validate("tls")?;
+                if t.server_name.is_some() {
+                    return Err(
+                        "tls.server_name is an edge setting (the remote's name is in its certificate)"
+                            .into(),
+                    );
+                }
+            }
+            (None, Some(why)) => {
+                return Err(format!(
+                    "{why}: pool connections leave this host, so they must run mutual TLS; \
+                     add a [tls] section (cert, key, ca) — `remote-proxy gen-keys --out DIR` \
+                     makes the files — or listen on loopback only (development)"
+                ))
+            }
+            (None, None) => {}
+        }
         for (key, v) in [
             ("origin_connect_timeout_ms", self.origin_connect_timeout_ms),
             ("origin_timeout_ms", self.origin_timeout_ms),
@@ -119,6 +143,17 @@ impl RemoteConfig {
             ));
         }
         self.link.validate()
+    }
+
+    /// Why plaintext pool connections are not allowed, if they are not: a non-loopback listen
+    /// address (production) needs mutual TLS. `None` on loopback (development).
+    pub fn requires_tls(&self) -> Option<String> {
+        (!self.listen.ip().is_loopback()).then(|| {
+            format!(
+                "listen {} is not a loopback address (production)",
+                self.listen
+            )
+        })
     }
 
     /// The address policy in force.
@@ -152,10 +187,29 @@ mod tests {
         c.validate().unwrap();
         assert!(c.policy().allow_private);
         assert_eq!(c.listen.to_string(), "127.0.0.1:4443");
-        let p: RemoteConfig =
-            toml::from_str("mode = \"production\"\nlisten = \"0.0.0.0:4443\"").unwrap();
+        let p: RemoteConfig = toml::from_str(
+            "mode = \"production\"\nlisten = \"0.0.0.0:4443\"\n\
+             [tls]\ncert = \"r.pem\"\nkey = \"r.key\"\nca = [\"ca.pem\"]",
+        )
+        .unwrap();
         p.validate().unwrap();
         assert!(!p.policy().allow_private);
+    }
+
+    #[test]
+    fn non_loopback_listen_requires_tls() {
+        let c: RemoteConfig = toml::from_str("listen = \"0.0.0.0:4443\"").unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("listen 0.0.0.0:4443 is not a loopback"), "{e}");
+        assert!(e.contains("[tls]"), "{e}");
+        // Explicit production on loopback keeps the pool on this host: plaintext allowed.
+        let c: RemoteConfig = toml::from_str("mode = \"production\"").unwrap();
+        c.validate().unwrap();
+        let c: RemoteConfig = toml::from_str(
+            "[tls]\ncert = \"r.pem\"\nkey = \"r.key\"\nca = [\"ca.pem\"]\nserver_name = \"x\"",
+        )
+        .unwrap();
+        assert!(c.validate().unwrap_err().contains("tls.server_name"));
     }
 
     #[test]

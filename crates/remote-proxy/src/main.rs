@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use edge_proxy::config::{init_logging, load_toml, LogFormat};
+use edge_proxy::config::{init_logging, load_toml, LogFormat, TlsSection};
+use pool::tls::TlsServer;
 use remote_proxy::config::RemoteConfig;
 use remote_proxy::handler::Ctx;
 use remote_proxy::pool_glue::{self, server_config};
@@ -17,8 +18,10 @@ use remote_proxy::pool_glue::{self, server_config};
 /// Far-side longhaul proxy: accepts pool connections from edges, resolves names, fetches from
 /// origins and streams replies back.
 #[derive(Debug, Parser)]
-#[command(name = "remote-proxy", version)]
+#[command(name = "remote-proxy", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
     /// TOML configuration file; the flags below override it.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -43,6 +46,16 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/remote.pem, DIR/remote.key,
+    /// DIR/ca.pem); replaces the [tls] file paths.
+    #[arg(long, value_name = "DIR")]
+    tls_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// Make a deployment CA and edge/remote certificates for the pool's mutual TLS.
+    GenKeys(edge_proxy::keys::GenKeysArgs),
 }
 
 fn load(args: &Args) -> anyhow::Result<RemoteConfig> {
@@ -68,8 +81,13 @@ fn load(args: &Args) -> anyhow::Result<RemoteConfig> {
     if let Some(v) = args.log_format {
         cfg.log_format = v;
     }
+    if let Some(d) = &args.tls_dir {
+        cfg.tls = Some(TlsSection::from_dir(d, "remote"));
+    }
     cfg.validate()
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    // Load the key files now so that --check-config reports them.
+    tls_server(&cfg)?;
     server_config(&cfg)
         .mux
         .validate()
@@ -87,14 +105,53 @@ async fn shutdown_signal() {
     }
 }
 
+/// The remote's TLS server from `[tls]`, loaded now (errors name the file).
+fn tls_server(cfg: &RemoteConfig) -> anyhow::Result<Option<Arc<TlsServer>>> {
+    cfg.tls
+        .as_ref()
+        .map(|t| {
+            TlsServer::new(t.files())
+                .map(Arc::new)
+                .map_err(|e| anyhow::anyhow!("invalid configuration: tls: {e}"))
+        })
+        .transpose()
+}
+
+/// SIGHUP re-reads the TLS files: new pool connections use them, established ones continue.
+async fn reload_on_sighup(tls: Option<Arc<TlsServer>>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        match &tls {
+            Some(t) => match t.reload() {
+                Ok(()) => tracing::info!("SIGHUP: TLS files reloaded for new pool connections"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "SIGHUP: TLS files do not load; keeping the previous ones")
+                }
+            },
+            None => tracing::info!("SIGHUP: no [tls] configured, nothing to reload"),
+        }
+    }
+}
+
 async fn run(cfg: RemoteConfig) -> anyhow::Result<()> {
-    let server = pool::Server::bind(cfg.listen, server_config(&cfg))
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+    let tls = tls_server(&cfg)?;
+    let server = match &tls {
+        Some(t) => {
+            let up: Arc<dyn pool::Upgrader> = t.clone();
+            pool::Server::bind_with(cfg.listen, server_config(&cfg), up).await
+        }
+        None => pool::Server::bind(cfg.listen, server_config(&cfg)).await,
+    }
+    .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+    tokio::spawn(reload_on_sighup(tls));
     let policy = cfg.policy();
     tracing::info!(
         listen = %server.local_addr(),
         mode = ?cfg.mode(),
+        tls = cfg.tls.is_some(),
         allow_private_targets = policy.allow_private,
         "remote-proxy starting"
     );
@@ -111,6 +168,9 @@ async fn run(cfg: RemoteConfig) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Cmd::GenKeys(g)) = &args.cmd {
+        return edge_proxy::keys::run("remote-proxy", g);
+    }
     let cfg = match load(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -119,7 +179,15 @@ fn main() -> ExitCode {
         }
     };
     if args.check_config {
-        println!("remote-proxy: configuration OK (mode {:?})", cfg.mode());
+        println!(
+            "remote-proxy: configuration OK (mode {:?}, pool {})",
+            cfg.mode(),
+            if cfg.tls.is_some() {
+                "mutual TLS 1.3"
+            } else {
+                "plaintext TCP, loopback only"
+            }
+        );
         return ExitCode::SUCCESS;
     }
     init_logging(cfg.log_format);

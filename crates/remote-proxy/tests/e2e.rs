@@ -385,6 +385,14 @@ fn sigterm_drains_in_flight_replies_and_refuses_new_connections() {
 #[test]
 fn check_config_accepts_examples_and_rejects_mistakes() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // The examples' key files live in /etc/longhaul/tls; check them with freshly made ones.
+    let keys = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(remote_bin())
+        .args(["gen-keys", "--out"])
+        .arg(keys.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for (bin, file) in [
         (edge_bin(), "deploy/config/edge.toml"),
         (remote_bin(), "deploy/config/remote.toml"),
@@ -393,6 +401,8 @@ fn check_config_accepts_examples_and_rejects_mistakes() {
             .arg("--config")
             .arg(root.join(file))
             .arg("--check-config")
+            .arg("--tls-dir")
+            .arg(keys.path())
             .output()
             .unwrap();
         assert!(
