@@ -76,7 +76,7 @@ pub use edge::Pool;
 pub use mux::{ErrorCode, Kind, Policy};
 pub use server::Server;
 pub use stats::{ConnStats, LaneState};
-pub use stream::MuxStream;
+pub use stream::{MuxStream, ResetWatch};
 
 /// A stream opened by an edge, as the server yields it. The OPEN's first
 /// bytes are the first bytes read from `stream`.

@@ -25,6 +25,8 @@ pub(crate) fn now() -> Instant {
 pub(crate) struct Wakers {
     pub read: Option<Waker>,
     pub write: Option<Waker>,
+    /// A [`crate::ResetWatch`] waiting for the stream to be reset.
+    pub reset: Option<Waker>,
 }
 
 /// One live connection lane.
@@ -153,6 +155,9 @@ impl Inner {
                             w.wake();
                         }
                         if let Some(w) = w.write.take() {
+                            w.wake();
+                        }
+                        if let Some(w) = w.reset.take() {
                             w.wake();
                         }
                     }

@@ -65,6 +65,59 @@ impl MuxStream {
         let id = self.id;
         self.shared.op(|i| i.session.bytes_received(id))
     }
+
+    /// A handle that resolves when this stream is reset. Reads report a
+    /// received FIN before a later reset (the peer's direction did end
+    /// cleanly), so a task that has read the whole request and now waits on
+    /// something else uses this to learn that the peer abandoned the stream.
+    /// Take it before splitting the stream.
+    pub fn reset_watch(&self) -> ResetWatch {
+        ResetWatch {
+            shared: self.shared.clone(),
+            id: self.id,
+        }
+    }
+}
+
+/// Resolves when its stream is reset (see [`MuxStream::reset_watch`]). It
+/// is only woken while the [`MuxStream`] it came from is alive.
+#[derive(Clone)]
+pub struct ResetWatch {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl std::fmt::Debug for ResetWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResetWatch").field("id", &self.id).finish()
+    }
+}
+
+impl ResetWatch {
+    /// `Ready(code)` once the stream was reset; `Ready(CANCEL)` once its
+    /// [`MuxStream`] was dropped (nothing would wake the watch after that).
+    pub fn poll_reset(&self, cx: &mut Context<'_>) -> Poll<ErrorCode> {
+        let id = self.id;
+        self.shared.op(|i| {
+            if let Some(code) = i.session.stream(id).and_then(|s| s.reset) {
+                return Poll::Ready(code);
+            }
+            // A live handle always has an entry (inserted at open or accept,
+            // removed on drop), so no entry is created here for a dead one.
+            match i.wakers.get_mut(&id) {
+                Some(w) => {
+                    w.reset = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+                None => Poll::Ready(ErrorCode::CANCEL),
+            }
+        })
+    }
+
+    /// Waits until the stream is reset and returns the code.
+    pub async fn wait(&self) -> ErrorCode {
+        std::future::poll_fn(|cx| self.poll_reset(cx)).await
+    }
 }
 
 pub(crate) fn to_io(e: mux::StreamError, id: u64) -> io::Error {

@@ -264,3 +264,35 @@ async fn server_caps_its_connections() {
     echo_once(&pool, 3, 10_000).await.unwrap();
     pool.close(Duration::from_millis(100)).await;
 }
+
+/// A peer that has read a whole request (FIN received) and now waits on other
+/// work learns from its `ResetWatch` when the opener abandons the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_watch_reports_a_reset_after_the_fin() {
+    let server = std::sync::Arc::new(echo_server().await);
+    let pool = Pool::start(pool_cfg(server.local_addr(), 2));
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    let mut s = pool
+        .open(Kind::Http, "slow:80", Bytes::from_static(b"request"))
+        .await
+        .unwrap();
+    s.shutdown().await.unwrap();
+    let inc = tokio::time::timeout(Duration::from_secs(5), server.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    let watch = inc.stream.reset_watch();
+    let (mut r, _w) = tokio::io::split(inc.stream);
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"request");
+    // Whole request read; nothing reset yet.
+    let early = tokio::time::timeout(Duration::from_millis(100), watch.wait()).await;
+    assert!(early.is_err(), "watch resolved before any reset");
+    // The opener goes away without reading the reply: the stream is reset with CANCEL.
+    drop(s);
+    let code = tokio::time::timeout(Duration::from_secs(5), watch.wait())
+        .await
+        .expect("the reset reached the watch");
+    assert_eq!(code, ErrorCode::CANCEL);
+}

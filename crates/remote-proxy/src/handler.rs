@@ -49,6 +49,14 @@ pub type ReqBody = UnsyncBoxBody<Bytes, BoxError>;
 pub trait FarStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// Aborts the stream in both directions, telling the edge why.
     fn reset(&mut self, why: ResetReason);
+
+    /// Completes when the edge resets the stream (its client went away), even
+    /// after the request was read to its end. A transport that cannot tell
+    /// never completes, and the fetch then ends with the origin's reply or
+    /// `origin_timeout`.
+    fn reset_signal(&self) -> futures_util::future::BoxFuture<'static, ()> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// Origin-side behaviour.
@@ -251,6 +259,7 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
         Err(e) => return reply_error(&mut stream, id, &head.method, target, started, &e).await,
     };
     let (mut req, body_kind) = req;
+    let edge_reset = stream.reset_signal();
     let (mut rd, mut wr) = tokio::io::split(stream);
 
     // Request body: decoded from the stream, handed to hyper through a bounded channel.
@@ -286,10 +295,12 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
             let mut scratch = [0u8; 512];
             loop {
                 match rd.read(&mut scratch).await {
-                    // FIN: nothing more will come on this side. (A reset arriving after the FIN
-                    // is not reported by reads; the fetch then ends with the origin's reply or
-                    // `origin_timeout`, and writing the reply notices the reset.)
-                    Ok(0) => std::future::pending::<()>().await,
+                    // FIN: nothing more will come on this side; reads report the FIN, not a
+                    // later reset, so the reset signal tells when the edge gives up.
+                    Ok(0) => {
+                        edge_reset.await;
+                        return "the edge reset the stream (its client went away)".to_owned();
+                    }
                     // Bytes after the request are ignored (the stream carries one request).
                     Ok(_) => {}
                     Err(e) => return e.to_string(),

@@ -19,6 +19,13 @@ impl FarStream for MuxStream {
     fn reset(&mut self, why: ResetReason) {
         MuxStream::reset(self, wire_code(why));
     }
+
+    fn reset_signal(&self) -> futures_util::future::BoxFuture<'static, ()> {
+        let watch = self.reset_watch();
+        Box::pin(async move {
+            watch.wait().await;
+        })
+    }
 }
 
 /// Reset reason → wire code.

@@ -523,3 +523,41 @@ fn idempotent_request_is_retried_when_its_pool_connection_dies() {
     assert_eq!((status, body.as_slice()), (200, &b"retried"[..]));
     assert!(pair.edge.log_text().contains("retrying idempotent request"));
 }
+
+#[test]
+fn a_client_leaving_cancels_the_remote_fetch() {
+    // The origin reads the request and never answers; it reports when the remote closes
+    // the origin connection.
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel::<Duration>();
+    let closed_tx = std::sync::Mutex::new(closed_tx);
+    let silent = scripted_origin(move |mut s| {
+        let _ = read_head(&mut s);
+        let t0 = Instant::now();
+        let mut b = [0u8; 64];
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        // EOF (or a reset) means the remote gave up on this fetch.
+        while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+        let _ = closed_tx.lock().unwrap().send(t0.elapsed());
+    });
+    // The origin timeout is far longer than the test waits.
+    let pair = start_pair("origin_timeout_ms = 60000\n", &[]);
+    let mut c = TcpStream::connect(pair.edge_addr).unwrap();
+    c.write_all(format!("GET http://{silent}/slow HTTP/1.1\r\nHost: {silent}\r\n\r\n").as_bytes())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(c);
+    let waited = closed_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the remote kept waiting on the origin after the client left");
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
+    // The remote logged why the fetch ended.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let log = pair.remote.log_text();
+        if log.contains("edge reset the stream") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no cancel line:\n{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
