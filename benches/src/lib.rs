@@ -7,10 +7,14 @@
 //! never run from `cargo test`.
 #![forbid(unsafe_code)]
 
+pub mod bed;
+pub mod chromium;
 pub mod floor;
 pub mod origin;
 pub mod replay;
 pub mod results;
+pub mod runner;
 pub mod schedule;
 pub mod stats;
+pub mod systems;
 pub mod workload;
