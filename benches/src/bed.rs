@@ -56,7 +56,10 @@ pub trait Bed {
 fn run(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
-        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -70,13 +73,23 @@ pub struct VethBed {
     names: [String; 4],
 }
 
-const ADDRS: [[u8; 4]; 4] = [[10, 77, 1, 2], [10, 77, 1, 1], [10, 77, 2, 2], [10, 77, 3, 2]];
+const ADDRS: [[u8; 4]; 4] = [
+    [10, 77, 1, 2],
+    [10, 77, 1, 1],
+    [10, 77, 2, 2],
+    [10, 77, 3, 2],
+];
 
 impl VethBed {
     /// Creates the namespaces (needs root).
     pub fn up() -> Result<VethBed> {
         let p = format!("lhb{}", std::process::id());
-        let names = [format!("{p}c"), format!("{p}e"), format!("{p}r"), format!("{p}o")];
+        let names = [
+            format!("{p}c"),
+            format!("{p}e"),
+            format!("{p}r"),
+            format!("{p}o"),
+        ];
         let bed = VethBed { names };
         bed.build().context("building the veth bed (needs root)")?;
         Ok(bed)
@@ -94,7 +107,9 @@ impl VethBed {
         let [c, e, r, o] = &self.names;
         let pairs = [(c, "c0", e, "e0"), (e, "e1", r, "r0"), (r, "r1", o, "o0")];
         for (a, an, b, bn) in pairs {
-            ip(&["link", "add", an, "netns", a, "type", "veth", "peer", "name", bn, "netns", b])?;
+            ip(&[
+                "link", "add", an, "netns", a, "type", "veth", "peer", "name", bn, "netns", b,
+            ])?;
         }
         let addrs = [
             (c, "c0", "10.77.1.2/24"),
@@ -113,7 +128,14 @@ impl VethBed {
         ip(&["-n", r, "route", "add", "10.77.1.0/24", "via", "10.77.2.1"])?;
         ip(&["-n", o, "route", "add", "default", "via", "10.77.3.1"])?;
         for n in [e, r] {
-            run(Command::new("ip").args(["netns", "exec", n, "sysctl", "-qw", "net.ipv4.ip_forward=1"]))?;
+            run(Command::new("ip").args([
+                "netns",
+                "exec",
+                n,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+            ]))?;
         }
         Ok(())
     }
@@ -121,7 +143,12 @@ impl VethBed {
 
 impl Bed for VethBed {
     fn link(&self) -> LinkInfo {
-        LinkInfo { profile: "veth-nodelay".into(), rtt_ms: 0.0, long_rtt_ms: 0.0, rate_bps: 10e9 }
+        LinkInfo {
+            profile: "veth-nodelay".into(),
+            rtt_ms: 0.0,
+            long_rtt_ms: 0.0,
+            rate_bps: 10e9,
+        }
     }
     fn addr(&self, node: Node) -> IpAddr {
         IpAddr::from(ADDRS[node as usize])
@@ -144,7 +171,15 @@ impl Bed for VethBed {
         Ok(())
     }
     fn add_origin_address(&self, a: IpAddr) -> Result<()> {
-        ip(&["-n", self.ns(Node::Origin), "addr", "add", &format!("{a}/24"), "dev", "o0"])?;
+        ip(&[
+            "-n",
+            self.ns(Node::Origin),
+            "addr",
+            "add",
+            &format!("{a}/24"),
+            "dev",
+            "o0",
+        ])?;
         Ok(())
     }
     fn set_initcwnd(&self, node: Node, segments: u32) -> Result<()> {

@@ -41,7 +41,10 @@ pub fn args(
         None => a.push("--no-proxy-server".into()),
     }
     if !resolve.is_empty() {
-        let rules: Vec<String> = resolve.iter().map(|(h, ip)| format!("MAP {h} {ip}")).collect();
+        let rules: Vec<String> = resolve
+            .iter()
+            .map(|(h, ip)| format!("MAP {h} {ip}"))
+            .collect();
         a.push(format!("--host-resolver-rules={}", rules.join(",")));
     }
     if let Some(s) = spki {
@@ -56,10 +59,14 @@ pub fn args(
 /// Extracts the page load time the page's script wrote (`<pre id="longhaul-plt">[123]</pre>`).
 pub fn parse_plt(dom: &str) -> Result<f64> {
     let marker = "id=\"longhaul-plt\">[";
-    let start = dom.find(marker).context("page did not report its load time (load event never finished?)")?
+    let start = dom
+        .find(marker)
+        .context("page did not report its load time (load event never finished?)")?
         + marker.len();
     let end = dom[start..].find(']').context("truncated load time")? + start;
-    let v: f64 = dom[start..end].parse().with_context(|| format!("bad load time {:?}", &dom[start..end]))?;
+    let v: f64 = dom[start..end]
+        .parse()
+        .with_context(|| format!("bad load time {:?}", &dom[start..end]))?;
     if !(v > 0.0 && v.is_finite()) {
         bail!("load time {v} is not positive");
     }
@@ -72,7 +79,11 @@ pub fn run(mut cmd: Command) -> Result<f64> {
     let dom = String::from_utf8_lossy(&out.stdout);
     parse_plt(&dom).with_context(|| {
         let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().filter(|l| l.contains("ERROR") || l.contains("net::")).take(3).collect();
+        let tail: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.contains("net::"))
+            .take(3)
+            .collect();
         format!("chromium exit {}: {}", out.status, tail.join(" | "))
     })
 }
@@ -93,10 +104,22 @@ mod tests {
 
     #[test]
     fn arguments_pick_the_proxy_or_the_resolver_rules() {
-        let a = args("http://a.test/", Path::new("/tmp/p"), Some("10.77.1.1:3128".parse().unwrap()), &[], None);
+        let a = args(
+            "http://a.test/",
+            Path::new("/tmp/p"),
+            Some("10.77.1.1:3128".parse().unwrap()),
+            &[],
+            None,
+        );
         assert!(a.contains(&"--proxy-server=http://10.77.1.1:3128".to_string()));
         assert!(a.contains(&"--disable-quic".to_string()));
-        let a = args("https://a.test/", Path::new("/tmp/p"), None, &[("a.test".into(), "10.77.3.10".parse().unwrap())], Some("abc="));
+        let a = args(
+            "https://a.test/",
+            Path::new("/tmp/p"),
+            None,
+            &[("a.test".into(), "10.77.3.10".parse().unwrap())],
+            Some("abc="),
+        );
         assert!(a.contains(&"--host-resolver-rules=MAP a.test 10.77.3.10".to_string()));
         assert!(a.contains(&"--ignore-certificate-errors-spki-list=abc=".to_string()));
         assert_eq!(a.last().unwrap(), "https://a.test/");

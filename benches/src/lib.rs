@@ -10,7 +10,9 @@
 pub mod bed;
 pub mod chromium;
 pub mod floor;
+pub mod load;
 pub mod origin;
+pub mod plots;
 pub mod replay;
 pub mod results;
 pub mod runner;

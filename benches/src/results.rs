@@ -222,10 +222,29 @@ pub fn fill_ratios(rows: &mut [Row]) {
 /// Sorts rows for reading: by profile, workload, client, scheme, then system in [`SYSTEMS`]
 /// order (the floor last), then parameters.
 pub fn sort(rows: &mut [Row]) {
-    let pos = |s: &str| SYSTEMS.iter().position(|x| *x == s).unwrap_or(SYSTEMS.len());
+    let pos = |s: &str| {
+        SYSTEMS
+            .iter()
+            .position(|x| *x == s)
+            .unwrap_or(SYSTEMS.len())
+    };
     rows.sort_by(|a, b| {
-        (&a.profile, &a.workload, &a.client, &a.scheme, pos(&a.system), &a.params)
-            .cmp(&(&b.profile, &b.workload, &b.client, &b.scheme, pos(&b.system), &b.params))
+        (
+            &a.profile,
+            &a.workload,
+            &a.client,
+            &a.scheme,
+            pos(&a.system),
+            &a.params,
+        )
+            .cmp(&(
+                &b.profile,
+                &b.workload,
+                &b.client,
+                &b.scheme,
+                pos(&b.system),
+                &b.params,
+            ))
     });
 }
 

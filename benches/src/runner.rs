@@ -7,6 +7,7 @@
 use crate::bed::{Bed, Node};
 use crate::chromium;
 use crate::floor::{self, LinkModel};
+use crate::load::{LoadPoint, LoadRun};
 use crate::origin::Site;
 use crate::replay::PageLoad;
 use crate::results::{Params, Row};
@@ -49,6 +50,19 @@ pub struct Suite {
     pub gap: Duration,
     /// Initial windows to sweep (direct, yahoo, replay, http); empty skips the sweep.
     pub initcwnds: Vec<u32>,
+    /// Offered loads as fractions of the link rate (yahoo, replay, http); empty skips them.
+    pub load_fractions: Vec<f64>,
+    /// Arrival window of each offered-load point.
+    pub load_window: Duration,
+}
+
+/// Everything a suite measured.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// results.json rows.
+    pub rows: Vec<Row>,
+    /// Offered/carried load points.
+    pub load: Vec<LoadPoint>,
 }
 
 /// Where the runner finds its inputs and puts its outputs.
@@ -72,7 +86,12 @@ struct Trialer<'a> {
 }
 
 impl Trialer<'_> {
-    fn replay(&self, proxy: Option<std::net::SocketAddr>, w: &str, scheme: &str) -> Result<PageLoad> {
+    fn replay(
+        &self,
+        proxy: Option<std::net::SocketAddr>,
+        w: &str,
+        scheme: &str,
+    ) -> Result<PageLoad> {
         let exe = std::env::current_exe()?;
         let mut cmd = self.bed.command(Node::Client, &exe.display().to_string());
         cmd.args(["replay-once", "--workloads-dir"])
@@ -86,16 +105,66 @@ impl Trialer<'_> {
             cmd.args(["--resolve", &format!("{h}={a}")]);
         }
         cmd.env("RUST_BACKTRACE", "0");
-        let out = cmd.stdin(Stdio::null()).output().context("running replay-once")?;
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .context("running replay-once")?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
-            let msg: Vec<&str> = err.lines().map(str::trim).filter(|l| !l.is_empty() && *l != "Caused by:").collect();
+            let msg: Vec<&str> = err
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && *l != "Caused by:")
+                .collect();
             bail!("replay: {}", msg.join(" "));
         }
         serde_json::from_slice(&out.stdout).context("parsing replay-once output")
     }
 
-    fn chromium(&self, proxy: Option<std::net::SocketAddr>, w: &Workload, scheme: &str) -> Result<f64> {
+    fn load(
+        &self,
+        proxy: Option<std::net::SocketAddr>,
+        w: &str,
+        rate: f64,
+        window: Duration,
+        seed: u64,
+    ) -> Result<LoadRun> {
+        let exe = std::env::current_exe()?;
+        let mut cmd = self.bed.command(Node::Client, &exe.display().to_string());
+        cmd.args(["load-once", "--workloads-dir"])
+            .arg(self.workloads_dir)
+            .args([
+                "--workload",
+                w,
+                "--rate",
+                &format!("{rate}"),
+                "--window-ms",
+                &window.as_millis().to_string(),
+            ])
+            .args(["--seed", &seed.to_string()]);
+        if let Some(p) = proxy {
+            cmd.args(["--proxy", &p.to_string()]);
+        }
+        for (h, a) in &self.site.hosts {
+            cmd.args(["--resolve", &format!("{h}={a}")]);
+        }
+        cmd.env("RUST_BACKTRACE", "0");
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .context("running load-once")?;
+        if !out.status.success() {
+            bail!("load-once: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        serde_json::from_slice(&out.stdout).context("parsing load-once output")
+    }
+
+    fn chromium(
+        &self,
+        proxy: Option<std::net::SocketAddr>,
+        w: &Workload,
+        scheme: &str,
+    ) -> Result<f64> {
         let n = self.counter.get();
         self.counter.set(n + 1);
         let profile = self.tmp.join(format!("chromium-{n}"));
@@ -104,7 +173,9 @@ impl Trialer<'_> {
         let spki = (scheme == "https").then_some(self.site.spki_sha256.as_str());
         let args = chromium::args(&w.url(scheme, 0), &profile, proxy, &resolve, spki);
         let mut cmd = self.bed.command(Node::Client, "timeout");
-        cmd.arg(format!("{}", chromium::DEFAULT_TIMEOUT.as_secs() + 10)).arg("chromium").args(args);
+        cmd.arg(format!("{}", chromium::DEFAULT_TIMEOUT.as_secs() + 10))
+            .arg("chromium")
+            .args(args);
         cmd.env("HOME", &profile).stdin(Stdio::null());
         let r = chromium::run(cmd);
         let _ = std::fs::remove_dir_all(&profile);
@@ -131,22 +202,25 @@ impl Drop for Nginx {
     }
 }
 
-/// Runs `suite`; returns every row (ratios filled in).
-pub fn run_suite(suite: &Suite, cx: &RunContext) -> Result<Vec<Row>> {
+/// Runs `suite`; returns every row (ratios filled in) and the load points.
+pub fn run_suite(suite: &Suite, cx: &RunContext) -> Result<Outcome> {
     let mut rows = Vec::new();
+    let mut load = Vec::new();
     for profile in &suite.profiles {
         let dir = cx.out.join(profile);
         std::fs::create_dir_all(&dir)?;
         (cx.log)(&format!("== profile {profile}: bringing the bed up"));
         let bed = (cx.open_bed)(profile)?;
-        rows.extend(run_profile(suite, cx, bed.as_ref(), &dir)?);
+        let o = run_profile(suite, cx, bed.as_ref(), &dir)?;
+        rows.extend(o.rows);
+        load.extend(o.load);
     }
     crate::results::fill_ratios(&mut rows);
     crate::results::sort(&mut rows);
-    Ok(rows)
+    Ok(Outcome { rows, load })
 }
 
-fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Result<Vec<Row>> {
+fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Result<Outcome> {
     let link = bed.link();
     let profile = link.profile.clone();
     // Every workload and what a mixed load is made of.
@@ -170,8 +244,17 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
     }
     bed.set_hosts(&site.hosts)?;
     let _nginx = Nginx(start_nginx(bed, &site)?);
-    let tr = Trialer { bed, site: &site, workloads_dir: &cx.workloads_dir, tmp: dir.join("tmp"), counter: 0.into() };
-    let probe_w = all.iter().find(|w| w.mixed.is_none() && w.id != "bulk").map(|w| w.id.clone());
+    let tr = Trialer {
+        bed,
+        site: &site,
+        workloads_dir: &cx.workloads_dir,
+        tmp: dir.join("tmp"),
+        counter: 0.into(),
+    };
+    let probe_w = all
+        .iter()
+        .find(|w| w.mixed.is_none() && w.id != "bulk")
+        .map(|w| w.id.clone());
     let probe_w = probe_w.unwrap_or_else(|| all[0].id.clone());
 
     let _remote = if suite.systems.iter().any(|s| s.id == "longhaul-tcp") {
@@ -208,7 +291,14 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
                 for w in &suite.workloads {
                     for c in &suite.clients {
                         for s in &suite.schemes {
-                            let mut row = Row::skipped(&profile, w, c, &spec.id, s, &format!("did not start: {e:#}"));
+                            let mut row = Row::skipped(
+                                &profile,
+                                w,
+                                c,
+                                &spec.id,
+                                s,
+                                &format!("did not start: {e:#}"),
+                            );
                             row.params = spec.params.clone();
                             rows.push(row);
                         }
@@ -217,12 +307,19 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
             }
         }
     }
-    let link_model = LinkModel { rtt_ms: link.rtt_ms, rate_bps: link.rate_bps };
+    let link_model = LinkModel {
+        rtt_ms: link.rtt_ms,
+        rate_bps: link.rate_bps,
+    };
     let mut cell = 0u64;
     for wid in &suite.workloads {
         let w = all.iter().find(|w| &w.id == wid).expect("loaded").clone();
         for client in &suite.clients {
-            if client == "chromium" && (!suite.chromium_workloads.contains(wid) || w.objects.is_empty() || wid == "bulk") {
+            if client == "chromium"
+                && (!suite.chromium_workloads.contains(wid)
+                    || w.objects.is_empty()
+                    || wid == "bulk")
+            {
                 continue;
             }
             for scheme in &suite.schemes {
@@ -231,7 +328,10 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
                     Some(m) => all.iter().find(|x| x.id == m.page).cloned(),
                     None => Some(w.clone()),
                 };
-                if let Some(f) = floor_w.as_ref().and_then(|fw| floor::floor_ms(fw, &link_model)) {
+                if let Some(f) = floor_w
+                    .as_ref()
+                    .and_then(|fw| floor::floor_ms(fw, &link_model))
+                {
                     if w.mixed.is_none() {
                         rows.push(Row::floor(&profile, wid, client, scheme, f));
                     }
@@ -243,12 +343,22 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
                         rows.push(row);
                     }
                 }
-                let active: Vec<&mut Running> =
-                    running.iter_mut().filter(|r| r.spec.unsupported(scheme).is_none()).collect();
+                let active: Vec<&mut Running> = running
+                    .iter_mut()
+                    .filter(|r| r.spec.unsupported(scheme).is_none())
+                    .collect();
                 let mut samples: Vec<Vec<f64>> = vec![Vec::new(); active.len()];
                 let mut errors: Vec<Vec<String>> = vec![Vec::new(); active.len()];
-                let order = shuffled_order(active.len(), suite.runs, suite.seed.wrapping_mul(1000).wrapping_add(cell));
-                (cx.log)(&format!("   {wid} {client} {scheme}: {} systems x {} runs", active.len(), suite.runs));
+                let order = shuffled_order(
+                    active.len(),
+                    suite.runs,
+                    suite.seed.wrapping_mul(1000).wrapping_add(cell),
+                );
+                (cx.log)(&format!(
+                    "   {wid} {client} {scheme}: {} systems x {} runs",
+                    active.len(),
+                    suite.runs
+                ));
                 for rep in &order {
                     for &i in rep {
                         let sys = &active[i];
@@ -278,8 +388,12 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
                     (cx.log)(&format!(
                         "      {:<44} median {:>8} ms  p95 {:>8} ms  ({} ok, {} failed)",
                         sys.spec.label(),
-                        row.plt_ms_median.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()),
-                        row.plt_ms_p95.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into()),
+                        row.plt_ms_median
+                            .map(|v| format!("{v:.0}"))
+                            .unwrap_or_else(|| "-".into()),
+                        row.plt_ms_p95
+                            .map(|v| format!("{v:.0}"))
+                            .unwrap_or_else(|| "-".into()),
                         row.runs,
                         row.failures
                     ));
@@ -291,14 +405,79 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
     if !suite.initcwnds.is_empty() {
         rows.extend(initcwnd_sweep(suite, cx, bed, &tr, &profile)?);
     }
-    Ok(rows)
+    let mut load = Vec::new();
+    if !suite.load_fractions.is_empty() {
+        let wid = if all.iter().any(|w| w.id == "yahoo") {
+            "yahoo"
+        } else {
+            probe_w.as_str()
+        };
+        let w = all.iter().find(|w| w.id == wid).expect("loaded");
+        (cx.log)(&format!(
+            "   offered load on {wid} (replay, http), {:?} per point",
+            suite.load_window
+        ));
+        for sys in &running {
+            let p = &sys.spec.params;
+            let main_variant = suite
+                .systems
+                .iter()
+                .find(|s| s.id == sys.spec.id)
+                .map(|s| &s.params);
+            // The pool-size variants (seed 001 draws one line per number of connections).
+            if sys.spec.id == "longhaul-tcp"
+                && (p.congestion != main_variant.and_then(|m| m.congestion.clone())
+                    || p.policy != main_variant.and_then(|m| m.policy.clone()))
+            {
+                continue;
+            }
+            for (k, f) in suite.load_fractions.iter().enumerate() {
+                let rate = crate::load::rate_for(w, f * link.rate_bps / 1e6);
+                let seed = suite.seed.wrapping_add(k as u64);
+                match tr.load(sys.proxy, wid, rate, suite.load_window, seed) {
+                    Ok(r) => {
+                        let pt = LoadPoint {
+                            profile: profile.clone(),
+                            system: sys.spec.label(),
+                            workload: wid.into(),
+                            offered_mbit: r.offered_mbit,
+                            carried_mbit: r.carried_mbit,
+                            pages: r.pages,
+                            failures: r.failures,
+                            plt_ms_median: crate::stats::median(&r.plt_ms),
+                        };
+                        (cx.log)(&format!(
+                            "      {:<40} offered {:>7.1} carried {:>7.1} Mbit/s, {} pages, {} failed",
+                            pt.system, pt.offered_mbit, pt.carried_mbit, pt.pages, pt.failures
+                        ));
+                        load.push(pt);
+                    }
+                    Err(e) => (cx.log)(&format!("      {} at {f}: {e:#}", sys.spec.label())),
+                }
+                std::thread::sleep(suite.gap);
+            }
+        }
+    }
+    Ok(Outcome { rows, load })
 }
 
 /// Seed 000 Table 1: the Yahoo page direct, with the origin's initial window set per step.
-fn initcwnd_sweep(suite: &Suite, cx: &RunContext, bed: &dyn Bed, tr: &Trialer, profile: &str) -> Result<Vec<Row>> {
-    let wid = if suite.workloads.iter().any(|w| w == "yahoo") { "yahoo" } else { suite.workloads[0].as_str() };
+fn initcwnd_sweep(
+    suite: &Suite,
+    cx: &RunContext,
+    bed: &dyn Bed,
+    tr: &Trialer,
+    profile: &str,
+) -> Result<Vec<Row>> {
+    let wid = if suite.workloads.iter().any(|w| w == "yahoo") {
+        "yahoo"
+    } else {
+        suite.workloads[0].as_str()
+    };
     let mut rows = Vec::new();
-    (cx.log)(&format!("   initial-window sweep on {wid} (direct, replay, http)"));
+    (cx.log)(&format!(
+        "   initial-window sweep on {wid} (direct, replay, http)"
+    ));
     let order = shuffled_order(suite.initcwnds.len(), suite.runs, suite.seed ^ 0x1c);
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); suite.initcwnds.len()];
     let mut errors: Vec<Vec<String>> = vec![Vec::new(); suite.initcwnds.len()];
@@ -314,9 +493,24 @@ fn initcwnd_sweep(suite: &Suite, cx: &RunContext, bed: &dyn Bed, tr: &Trialer, p
     }
     bed.set_initcwnd(Node::Origin, LINUX_INITCWND)?;
     for (i, iw) in suite.initcwnds.iter().enumerate() {
-        let params = Params { initcwnd: Some(*iw), ..Params::default() };
-        let row = Row::measured(profile, wid, "replay", "direct", params, "http", std::mem::take(&mut samples[i]), std::mem::take(&mut errors[i]));
-        (cx.log)(&format!("      iw={iw:<3} median {:?} ms", row.plt_ms_median.map(|v| v.round())));
+        let params = Params {
+            initcwnd: Some(*iw),
+            ..Params::default()
+        };
+        let row = Row::measured(
+            profile,
+            wid,
+            "replay",
+            "direct",
+            params,
+            "http",
+            std::mem::take(&mut samples[i]),
+            std::mem::take(&mut errors[i]),
+        );
+        (cx.log)(&format!(
+            "      iw={iw:<3} median {:?} ms",
+            row.plt_ms_median.map(|v| v.round())
+        ));
         rows.push(row);
     }
     Ok(rows)

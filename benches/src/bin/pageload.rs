@@ -5,6 +5,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use longhaul_benches::bed::{Bed, VethBed};
+use longhaul_benches::load;
+use longhaul_benches::plots;
 use longhaul_benches::replay::{self, ReplayConfig};
 use longhaul_benches::results::{self, Row};
 use longhaul_benches::runner::{self, RunContext, Suite};
@@ -15,7 +17,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(version, about = "Page-load benchmark of longhaul and its peers over emulated long links")]
+#[command(
+    version,
+    about = "Page-load benchmark of longhaul and its peers over emulated long links"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -39,6 +44,29 @@ enum Cmd {
     /// One page load with the replay client, as JSON on stdout (run by the suites in the client
     /// namespace).
     ReplayOnce(ReplayOnce),
+    /// Page loads arriving at a Poisson rate, as JSON on stdout (offered-load points).
+    LoadOnce(LoadOnce),
+}
+
+#[derive(Args)]
+struct LoadOnce {
+    #[arg(long)]
+    workloads_dir: PathBuf,
+    #[arg(long)]
+    workload: String,
+    /// Page loads per second.
+    #[arg(long)]
+    rate: f64,
+    /// Arrival window in ms.
+    #[arg(long)]
+    window_ms: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    proxy: Option<SocketAddr>,
+    /// host=ip, repeated.
+    #[arg(long)]
+    resolve: Vec<String>,
 }
 
 #[derive(Args, Clone)]
@@ -77,6 +105,12 @@ struct SuiteArgs {
     /// Initial windows to sweep (empty: none).
     #[arg(long, value_delimiter = ',')]
     initcwnds: Option<Vec<u32>>,
+    /// Offered loads as fractions of the link rate (empty: none).
+    #[arg(long, value_delimiter = ',')]
+    load_fractions: Option<Vec<f64>>,
+    /// Arrival window of each offered-load point, in seconds.
+    #[arg(long, default_value_t = 10)]
+    load_window_s: u64,
     /// Seed of the shuffled order.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -119,6 +153,7 @@ fn main() -> Result<()> {
         Cmd::Full(a) => suite("full", a),
         Cmd::Demo(a) => suite("demo", a),
         Cmd::ReplayOnce(a) => replay_once(a),
+        Cmd::LoadOnce(a) => load_once(a),
     }
 }
 
@@ -135,18 +170,33 @@ fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
-    let (profiles, workloads, systems, runs, clients, chromium_w, pools, initcwnds): (
-        Vec<String>,
-        Vec<String>,
-        Vec<String>,
-        usize,
-        Vec<String>,
-        Vec<String>,
-        Vec<u32>,
-        Vec<u32>,
-    ) = match name {
-        "quick" => (
+/// A suite's defaults before the command-line slice is applied.
+struct Defaults {
+    profiles: Vec<String>,
+    workloads: Vec<String>,
+    systems: Vec<String>,
+    runs: usize,
+    clients: Vec<String>,
+    chromium_workloads: Vec<String>,
+    pools: Vec<u32>,
+    initcwnds: Vec<u32>,
+}
+
+fn defaults(name: &str) -> Defaults {
+    let d = |profiles, workloads, systems, runs, clients, chromium_workloads, pools, initcwnds| {
+        Defaults {
+            profiles,
+            workloads,
+            systems,
+            runs,
+            clients,
+            chromium_workloads,
+            pools,
+            initcwnds,
+        }
+    };
+    match name {
+        "quick" => d(
             strs(&["pacific"]),
             strs(&["yahoo", "google", "amazon"]),
             strs(&["direct", "single-proxy", "squid-chain", "longhaul-tcp"]),
@@ -156,7 +206,7 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
             vec![10],
             vec![],
         ),
-        "demo" => (
+        "demo" => d(
             strs(&["pacific"]),
             strs(&["yahoo"]),
             strs(&["direct", "longhaul-tcp"]),
@@ -166,29 +216,65 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
             vec![10],
             vec![],
         ),
-        _ => (
+        _ => d(
             strs(&["us-nz-1999", "pacific", "satellite", "lossy"]),
             workload::all_ids(),
-            strs(&["direct", "single-proxy", "squid-chain", "haproxy-h2", "longhaul-tcp", "longhaul-quic"]),
+            strs(&[
+                "direct",
+                "single-proxy",
+                "squid-chain",
+                "haproxy-h2",
+                "longhaul-tcp",
+                "longhaul-quic",
+            ]),
             10,
             strs(&["replay", "chromium"]),
-            workload::page_specs().iter().map(|s| s.id.to_string()).collect(),
+            workload::page_specs()
+                .iter()
+                .map(|s| s.id.to_string())
+                .collect(),
             vec![1, 2, 5, 10, 20, 50],
             runner::SEED_000_INITCWNDS.to_vec(),
         ),
-    };
+    }
+}
+
+fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
+    let d = defaults(name);
+    let (profiles, workloads, systems, runs, clients, chromium_w, pools, initcwnds) = (
+        d.profiles,
+        d.workloads,
+        d.systems,
+        d.runs,
+        d.clients,
+        d.chromium_workloads,
+        d.pools,
+        d.initcwnds,
+    );
     let systems = a.systems.clone().unwrap_or(systems);
     let pools = a.pool_sizes.clone().unwrap_or(pools);
     let full = name == "full";
-    let congestion = a.congestion.clone().unwrap_or_else(|| if full { strs(&["bbr", "cubic"]) } else { strs(&["bbr"]) });
-    let policies = a
-        .policies
-        .clone()
-        .unwrap_or_else(|| if full { strs(&["least-outstanding", "round-robin"]) } else { strs(&["least-outstanding"]) });
+    let congestion = a.congestion.clone().unwrap_or_else(|| {
+        if full {
+            strs(&["bbr", "cubic"])
+        } else {
+            strs(&["bbr"])
+        }
+    });
+    let policies = a.policies.clone().unwrap_or_else(|| {
+        if full {
+            strs(&["least-outstanding", "round-robin"])
+        } else {
+            strs(&["least-outstanding"])
+        }
+    });
     let mut specs = Vec::new();
     for s in &systems {
         if !results::SYSTEMS.contains(&s.as_str()) || s == "floor" {
-            bail!("unknown system {s:?} (one of {:?}; the floor is always computed)", &results::SYSTEMS[..6]);
+            bail!(
+                "unknown system {s:?} (one of {:?}; the floor is always computed)",
+                &results::SYSTEMS[..6]
+            );
         }
         if s == "longhaul-tcp" {
             // The pool-size sweep with the first congestion control and policy; the other
@@ -220,15 +306,33 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
     Ok(Suite {
         name: name.into(),
         profiles: a.profiles.clone().unwrap_or(profiles),
-        chromium_workloads: if a.workloads.is_some() { workloads.clone() } else { chromium_w },
+        chromium_workloads: if a.workloads.is_some() {
+            workloads.clone()
+        } else {
+            chromium_w
+        },
         workloads,
         systems: specs,
         clients: a.clients.clone().unwrap_or(clients),
-        schemes: a.schemes.clone().unwrap_or_else(|| if name == "demo" { strs(&["http"]) } else { strs(&["http", "https"]) }),
+        schemes: a.schemes.clone().unwrap_or_else(|| {
+            if name == "demo" {
+                strs(&["http"])
+            } else {
+                strs(&["http", "https"])
+            }
+        }),
         runs: a.runs.unwrap_or(runs).max(1),
         seed: a.seed,
         gap: Duration::from_millis(a.gap_ms),
         initcwnds: a.initcwnds.clone().unwrap_or(initcwnds),
+        load_fractions: a.load_fractions.clone().unwrap_or_else(|| {
+            if full {
+                vec![0.1, 0.25, 0.5, 0.75, 0.9, 1.1]
+            } else {
+                vec![]
+            }
+        }),
+        load_window: Duration::from_secs(a.load_window_s),
     })
 }
 
@@ -251,11 +355,20 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let out = std::fs::canonicalize(&a.out)?;
-    let workloads_dir = std::fs::canonicalize(a.workloads_dir.clone().unwrap_or_else(default_workloads_dir))?;
+    let workloads_dir = std::fs::canonicalize(
+        a.workloads_dir
+            .clone()
+            .unwrap_or_else(default_workloads_dir),
+    )?;
     let bed_kind = a.bed.clone();
     let opener = move |p: &str| open_bed(&bed_kind, p);
     let log = |l: &str| eprintln!("{l}");
-    let cx = RunContext { workloads_dir, out: out.clone(), open_bed: &opener, log: &log };
+    let cx = RunContext {
+        workloads_dir,
+        out: out.clone(),
+        open_bed: &opener,
+        log: &log,
+    };
     eprintln!(
         "pageload {name}: {} profiles x {} workloads x {} systems x {} clients x {} schemes x {} runs -> {}",
         s.profiles.len(),
@@ -266,8 +379,18 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
         s.runs,
         out.display()
     );
-    let rows = runner::run_suite(&s, &cx)?;
+    let outcome = runner::run_suite(&s, &cx)?;
+    let rows = outcome.rows;
     write_outputs(&s, &out, &rows)?;
+    if !outcome.load.is_empty() {
+        std::fs::write(
+            out.join("load.json"),
+            serde_json::to_string_pretty(&outcome.load)?,
+        )?;
+    }
+    for f in plots::draw_all(&out, &rows, &outcome.load)? {
+        eprintln!("plot {}", f.display());
+    }
     if name == "demo" {
         print!("{}", results::markdown_table(&rows));
     } else {
@@ -278,14 +401,53 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
 
 fn write_outputs(s: &Suite, out: &Path, rows: &[Row]) -> Result<()> {
     results::validate(rows)?;
-    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(rows)?)?;
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(rows)?,
+    )?;
     let pre = format!(
         "Suite `{}`: profiles {:?}, {} repetitions per cell, order shuffled per repetition (seed {}). \
          PLT in ms (replay: first request to last byte; chromium: loadEventEnd - navigationStart). \
          The floor is computed (levels x RTT + bytes / rate), not measured.",
         s.name, s.profiles, s.runs, s.seed
     );
-    std::fs::write(out.join("summary.md"), results::markdown_summary(&format!("pageload {}", s.name), &pre, rows))?;
+    std::fs::write(
+        out.join("summary.md"),
+        results::markdown_summary(&format!("pageload {}", s.name), &pre, rows),
+    )?;
+    Ok(())
+}
+
+fn parse_resolve(cfg: &mut ReplayConfig, entries: &[String]) -> Result<()> {
+    for r in entries {
+        let (h, ip) = r
+            .split_once('=')
+            .with_context(|| format!("--resolve {r:?} is not host=ip"))?;
+        cfg.resolve.insert(
+            h.to_string(),
+            ip.parse::<IpAddr>()
+                .with_context(|| format!("bad address in {r:?}"))?,
+        );
+    }
+    Ok(())
+}
+
+fn load_once(a: LoadOnce) -> Result<()> {
+    let w = Workload::load(&a.workloads_dir, &a.workload)?;
+    let mut cfg = ReplayConfig::new("http");
+    cfg.proxy = a.proxy;
+    parse_resolve(&mut cfg, &a.resolve)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let r = rt.block_on(load::run(
+        &w,
+        &cfg,
+        a.rate,
+        Duration::from_millis(a.window_ms),
+        a.seed,
+    ))?;
+    println!("{}", serde_json::to_string(&r)?);
     Ok(())
 }
 
@@ -295,11 +457,10 @@ fn replay_once(a: ReplayOnce) -> Result<()> {
     cfg.proxy = a.proxy;
     cfg.ca_pem = a.ca;
     cfg.timeout = Duration::from_secs(a.timeout_s);
-    for r in &a.resolve {
-        let (h, ip) = r.split_once('=').with_context(|| format!("--resolve {r:?} is not host=ip"))?;
-        cfg.resolve.insert(h.to_string(), ip.parse::<IpAddr>().with_context(|| format!("bad address in {r:?}"))?);
-    }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    parse_resolve(&mut cfg, &a.resolve)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let load = rt.block_on(async {
         match &w.mixed {
             None => replay::load_page(&w, &cfg).await,
@@ -327,7 +488,10 @@ fn workloads(write: Option<PathBuf>) -> Result<()> {
     if let Some(dir) = write {
         std::fs::create_dir_all(&dir)?;
         for w in &all {
-            let text = format!("# Generated by `pageload workloads --write`; do not edit.\n{}", w.to_toml()?);
+            let text = format!(
+                "# Generated by `pageload workloads --write`; do not edit.\n{}",
+                w.to_toml()?
+            );
             Workload::from_toml(&text)?;
             std::fs::write(dir.join(format!("{}.toml", w.id)), text)?;
         }
