@@ -538,6 +538,100 @@ mod origin_tests {
         assert_eq!(load.plt_ms, last);
     }
 
+    /// A TLS origin (certificate for every host of `w`, signed by a fresh CA written to
+    /// `ca_path`) in front of [`serve`], and a CONNECT proxy to it; returns the proxy address.
+    async fn tls_origin_behind_connect_proxy(w: Workload, ca_path: &std::path::Path) -> SocketAddr {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        std::fs::write(ca_path, ca_cert.pem()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(w.hosts.clone())
+            .unwrap()
+            .signed_by(&key, &ca_cert, &ca_key)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let (plain, _) = serve(w).await;
+        let tls_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tls_addr = tls_l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = tls_l.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(s).await else {
+                        return;
+                    };
+                    let mut up = TcpStream::connect(plain).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+                });
+            }
+        });
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let paddr = proxy.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = proxy.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut s = BufReader::new(s);
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if s.read_until(b'\n', &mut head).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                    }
+                    assert!(
+                        head.starts_with(b"CONNECT "),
+                        "{}",
+                        String::from_utf8_lossy(&head)
+                    );
+                    let mut up = TcpStream::connect(tls_addr).await.unwrap();
+                    s.get_mut()
+                        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                        .await
+                        .unwrap();
+                    let _ = tokio::io::copy_bidirectional(s.get_mut(), &mut up).await;
+                });
+            }
+        });
+        paddr
+    }
+
+    #[tokio::test]
+    async fn https_goes_through_connect_tunnels_and_trusts_only_the_test_ca() {
+        let w = generate_page(&page_specs()[0]); // yahoo, two hosts
+        let ca =
+            std::env::temp_dir().join(format!("longhaul-replay-ca-{}.pem", std::process::id()));
+        let proxy = tls_origin_behind_connect_proxy(w.clone(), &ca).await;
+        let mut cfg = ReplayConfig::new("https");
+        cfg.proxy = Some(proxy);
+        cfg.ca_pem = Some(ca.clone());
+        let load = load_page(&w, &cfg).await.unwrap();
+        assert_eq!(load.objects.len(), 30);
+        assert!(load.connections <= 2 * DEFAULT_MAX_PER_HOST);
+        // Another CA: the handshake must fail.
+        let other =
+            std::env::temp_dir().join(format!("longhaul-replay-ca2-{}.pem", std::process::id()));
+        let _ = tls_origin_behind_connect_proxy(w.clone(), &other).await;
+        cfg.ca_pem = Some(other.clone());
+        let e = load_page(&w, &cfg).await.unwrap_err();
+        assert!(format!("{e:#}").contains("TLS"), "{e:#}");
+        let _ = std::fs::remove_file(ca);
+        let _ = std::fs::remove_file(other);
+    }
+
     #[tokio::test]
     async fn a_missing_origin_is_an_error_not_a_hang() {
         let w = generate_page(&page_specs()[1]);

@@ -307,6 +307,7 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
             }
         }
     }
+    let trials = dir.join("trials.jsonl");
     let link_model = LinkModel {
         rtt_ms: link.rtt_ms,
         rate_bps: link.rate_bps,
@@ -363,7 +364,18 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
                     for &i in rep {
                         let sys = &active[i];
                         let r = match client.as_str() {
-                            "replay" => tr.replay(sys.proxy, wid, scheme).map(|p| p.plt_ms),
+                            "replay" => tr.replay(sys.proxy, wid, scheme).map(|p| {
+                                // Per-object times of every replay load, for later reading.
+                                let line = serde_json::json!({
+                                    "workload": wid, "system": sys.spec.id, "params": sys.spec.params,
+                                    "scheme": scheme, "load": p,
+                                });
+                                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&trials) {
+                                    use std::io::Write as _;
+                                    let _ = writeln!(f, "{line}");
+                                }
+                                p.plt_ms
+                            }),
                             "chromium" => tr.chromium(sys.proxy, &w, scheme),
                             other => Err(anyhow::anyhow!("unknown client {other}")),
                         };
