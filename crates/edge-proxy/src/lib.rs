@@ -1,2 +1,24 @@
-//! Near-side longhaul proxy: HTTP/1.1 forward proxy, CONNECT and transparent interception over the mux pool.
+//! Near-side longhaul proxy: HTTP/1.1 forward proxy, CONNECT and transparent interception over
+//! the mux pool.
+//!
+//! What it does: accepts clients (explicit proxy and iptables-intercepted connections), turns
+//! each plain-HTTP request into one `Http` stream and each CONNECT or intercepted non-HTTP
+//! connection into one `Tunnel` stream, relays replies in order, and maps every failure to a
+//! clear synthetic response ([`errors`]). The stream transport is a trait ([`transport`]); the
+//! binary plugs in the pool.
+//!
+//! What it does NOT do: resolve names or talk to origins (the remote proxy does), cache, look
+//! inside HTTPS, or speak HTTP/2 to clients.
+//!
+//! [`http1`] (heads and body framing) is shared with the remote proxy.
 #![forbid(unsafe_code)]
+
+pub mod client;
+pub mod config;
+pub mod errors;
+pub mod http1;
+pub mod pool_transport;
+pub mod server;
+pub mod target;
+pub mod transport;
+mod tunnel;

@@ -1,2 +1,17 @@
-//! Far-side longhaul proxy: accepts pool connections, resolves names, fetches from origins and streams replies back.
+//! Far-side longhaul proxy: accepts pool connections, resolves names, fetches from origins and
+//! streams replies back.
+//!
+//! What it does: serves each stream an edge opens ([`handler`]): plain-HTTP requests are fetched
+//! with hyper's client over pooled keep-alive origin connections (names resolved here, near the
+//! content; loopback/private destinations refused in production, checked on the resolved
+//! address), tunnels get a TCP connection; replies stream back as they arrive. Failures map to
+//! synthetic responses or stream resets in one place ([`errors`]).
+//!
+//! What it does NOT do: cache, rewrite content, or open streams towards the edge.
 #![forbid(unsafe_code)]
+
+pub mod config;
+pub mod errors;
+pub mod handler;
+pub mod policy;
+pub mod pool_glue;

@@ -1,0 +1,795 @@
+//! One client connection of the edge: HTTP/1.1 forward proxying, CONNECT and interception.
+//!
+//! Each client connection runs a reader and a writer concurrently in one task:
+//! - the reader parses requests, opens one `Http` stream per request at once (so pipelined
+//!   requests all travel immediately), uploads the body, and queues the stream's reply half;
+//! - the writer relays the replies strictly in request order (pipelining semantics), re-framing
+//!   each for the client, and handles `Expect: 100-continue` (answered here, saving a long round
+//!   trip) and CONNECT (after the replies queued before it).
+//!
+//! A failure before any reply byte reached the client becomes a synthetic error response
+//! ([`crate::errors`]); an idempotent bodiless request whose stream failed retryably is sent once
+//! more. A failure after reply bytes were sent resets the client connection (RST), so a cut
+//! reply can never look complete.
+//!
+//! It does NOT know about the pool: streams come from a [`Transport`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use ipnet::IpNet;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::errors::{log_access, Access, EdgeError};
+use crate::http1::{self, BodyKind, CopyError, HeadError, Header, OutFraming, RequestHead};
+use crate::target::{parse_absolute, parse_authority, Authority};
+use crate::transport::{FarFailure, StreamKind, Transport};
+use crate::tunnel;
+
+/// How the edge answers CONNECT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConnectReply {
+    /// `200` at once, before the far side has connected (saves one long round trip); a far-side
+    /// failure then closes the tunnel.
+    Optimistic,
+    /// `200` only after the far side has connected; failures are answered 502/504/403.
+    AfterConnect,
+}
+
+/// Per-connection behaviour, derived from the configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Largest request or response head.
+    pub max_header_bytes: usize,
+    /// Most requests of one client connection in flight at once (pipelining depth).
+    pub max_pipeline: usize,
+    /// Idle time after which a keep-alive client connection is closed, and the longest wait for
+    /// the rest of a request head.
+    pub idle_timeout: Duration,
+    /// How CONNECT is answered.
+    pub connect_reply: ConnectReply,
+    /// Ports CONNECT may reach; empty means any.
+    pub connect_ports: Vec<u16>,
+    /// Client networks served; others get 403.
+    pub allowed_clients: Vec<IpNet>,
+    /// Intercepted destination ports parsed as HTTP; other ports are tunnelled.
+    pub transparent_http_ports: Vec<u16>,
+}
+
+/// Shared state of all client connections.
+pub struct Ctx<T: Transport> {
+    /// Opens streams to the remote.
+    pub transport: T,
+    /// Behaviour.
+    pub settings: Settings,
+    /// Becomes true when the edge drains: no new requests are read, replies in flight finish
+    /// with `Connection: close`.
+    pub draining: watch::Receiver<bool>,
+}
+
+/// How a client connection reached the edge.
+#[derive(Debug, Clone, Copy)]
+pub enum Entry {
+    /// The client is configured to use the proxy.
+    Explicit,
+    /// The connection was intercepted (REDIRECT/TPROXY) on its way to `orig`.
+    Transparent {
+        /// Original destination.
+        orig: SocketAddr,
+    },
+}
+
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// Serves one client connection to completion.
+pub async fn serve<T: Transport>(
+    ctx: Arc<Ctx<T>>,
+    sock: TcpStream,
+    peer: SocketAddr,
+    entry: Entry,
+) {
+    let _ = sock.set_nodelay(true);
+    if !ctx
+        .settings
+        .allowed_clients
+        .iter()
+        .any(|n| n.contains(&peer.ip()))
+    {
+        let err = EdgeError::ForbiddenClient(peer.ip());
+        if matches!(entry, Entry::Explicit) {
+            let mut sock = sock;
+            let _ = sock.write_all(&err.response()).await;
+            let _ = sock.shutdown().await;
+        }
+        log_access(&Access {
+            client: peer,
+            method: "-",
+            target: "-",
+            status: err.status(),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration: Duration::ZERO,
+            outcome: err.tag(),
+            detail: &err.to_string(),
+        });
+        return;
+    }
+    if let Entry::Transparent { orig } = entry {
+        if !ctx.settings.transparent_http_ports.contains(&orig.port()) {
+            tunnel::intercepted(&ctx, sock, peer, orig).await;
+            return;
+        }
+    }
+    let (rd, wr) = sock.into_split();
+    let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
+    let reader = read_requests(&ctx, rd, tx, peer, entry);
+    let writer = write_replies(&ctx, wr, rx, peer);
+    tokio::pin!(reader, writer);
+    tokio::select! {
+        r = &mut reader => {
+            if r.is_ok() {
+                // Requests are all read: finish the queued replies.
+                writer.await;
+            }
+            // On a client read failure, dropping the writer drops every stream (reset).
+        }
+        _ = &mut writer => {}
+    }
+}
+
+/// One queued item for the writer, in request order.
+enum Pending<S> {
+    /// A reply to relay from a stream.
+    Reply(Box<ReplyJob<S>>),
+    /// An error to answer; the connection closes after it.
+    Error {
+        err: EdgeError,
+        method: String,
+        target: String,
+        started: Instant,
+    },
+    /// A CONNECT: the connection becomes a tunnel once earlier replies are written.
+    Connect {
+        head: RequestHead,
+        rd: OwnedReadHalf,
+        buf: BytesMut,
+        started: Instant,
+    },
+}
+
+struct ReplyJob<S> {
+    stream: ReadHalf<S>,
+    method: String,
+    /// Target as the client wrote it (for the log).
+    log_target: String,
+    /// `host:port` the stream was opened to.
+    target: String,
+    client_minor: u8,
+    /// The client asked to close after this reply.
+    close: bool,
+    /// Send `100 Continue` before relaying, then signal the reader to upload the body.
+    continue_tx: Option<oneshot::Sender<()>>,
+    /// The whole request, kept for one retry (idempotent and bodiless requests only).
+    retry: Option<Bytes>,
+    started: Instant,
+}
+
+/// A request prepared for forwarding.
+struct Prepared {
+    auth: Authority,
+    /// Request head bytes to send on the stream.
+    head: Vec<u8>,
+    body: BodyKind,
+    expect_continue: bool,
+    close: bool,
+}
+
+fn idempotent(method: &str) -> bool {
+    matches!(
+        method,
+        "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+    )
+}
+
+/// Validates a request and builds the head forwarded on the stream.
+fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
+    if head.method.is_empty() || !head.method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(EdgeError::BadRequest(format!(
+            "invalid method {:?}",
+            head.method
+        )));
+    }
+    let hosts = head
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("host"))
+        .count();
+    if hosts > 1 {
+        return Err(EdgeError::BadRequest("more than one Host header".into()));
+    }
+    let (auth, path, host_value) = match entry {
+        Entry::Explicit => {
+            let (auth, path) = parse_absolute(&head.target).map_err(EdgeError::BadRequest)?;
+            let host_value = auth.host_header(80);
+            (auth, path, host_value)
+        }
+        Entry::Transparent { orig } => {
+            let (claimed, path) = if head.target.starts_with('/') {
+                let host = http1::header_str(&head.headers, "host")
+                    .ok_or_else(|| EdgeError::BadRequest("Host header missing".into()))?;
+                (
+                    parse_authority(host, Some(orig.port())).map_err(EdgeError::BadRequest)?,
+                    head.target.clone(),
+                )
+            } else {
+                parse_absolute(&head.target).map_err(EdgeError::BadRequest)?
+            };
+            // The stream goes to the address the client actually connected to; the Host header
+            // must not point elsewhere (an IP literal or a port that differs is refused).
+            if claimed.port != orig.port() || claimed.ip().is_some_and(|ip| ip != orig.ip()) {
+                return Err(EdgeError::ForbiddenTarget(format!(
+                    "Host {} does not match the original destination {orig}",
+                    claimed.target()
+                )));
+            }
+            let host_value = claimed.host_header(80);
+            (
+                Authority {
+                    host: orig.ip().to_string(),
+                    port: orig.port(),
+                },
+                path,
+                host_value,
+            )
+        }
+    };
+    let body = http1::request_body_kind(head)?;
+    let mut headers = head.headers.clone();
+    let tokens = http1::strip_hop_by_hop(&mut headers);
+    let close = head.minor == 0 && !tokens.iter().any(|t| t == "keep-alive")
+        || tokens.iter().any(|t| t == "close");
+    let expect_continue = http1::header_tokens(&headers, "expect")
+        .iter()
+        .any(|t| t == "100-continue");
+    http1::remove_header(&mut headers, "expect");
+    http1::remove_header(&mut headers, "host");
+    http1::remove_header(&mut headers, "content-length");
+    headers.insert(0, Header::new("Host", host_value));
+    if let Some(h) = http1::framing_header(body) {
+        headers.push(h);
+    }
+    let fwd = RequestHead {
+        method: head.method.clone(),
+        target: path,
+        minor: 1,
+        headers,
+    };
+    Ok(Prepared {
+        auth,
+        head: http1::encode_request_head(&fwd),
+        body,
+        expect_continue,
+        close,
+    })
+}
+
+/// Reads requests until the client closes, asks to close, errs, or the edge drains.
+/// Err means the client connection broke (everything in flight is abandoned).
+async fn read_requests<T: Transport>(
+    ctx: &Ctx<T>,
+    mut rd: OwnedReadHalf,
+    tx: mpsc::Sender<Pending<T::Stream>>,
+    peer: SocketAddr,
+    entry: Entry,
+) -> Result<(), ()> {
+    let s = &ctx.settings;
+    let mut buf = BytesMut::with_capacity(8192);
+    let mut draining = ctx.draining.clone();
+    loop {
+        if *draining.borrow() && buf.is_empty() {
+            return Ok(());
+        }
+        let head = tokio::select! {
+            r = tokio::time::timeout(s.idle_timeout, http1::read_request_head(&mut rd, &mut buf, s.max_header_bytes)) => r,
+            _ = draining.changed(), if buf.is_empty() => return Ok(()),
+        };
+        let started = Instant::now();
+        let head = match head {
+            Err(_) => return Ok(()), // idle or slow head: close quietly
+            Ok(Ok(Some(h))) => h,
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(HeadError::Io(_))) => return Err(()),
+            Ok(Err(e)) => {
+                let _ = tx
+                    .send(Pending::Error {
+                        err: e.into(),
+                        method: "-".into(),
+                        target: "-".into(),
+                        started,
+                    })
+                    .await;
+                return Ok(());
+            }
+        };
+        if head.method == "CONNECT" && matches!(entry, Entry::Explicit) {
+            let _ = tx
+                .send(Pending::Connect {
+                    head,
+                    rd,
+                    buf,
+                    started,
+                })
+                .await;
+            return Ok(());
+        }
+        let prep = match prepare(&head, entry) {
+            Ok(p) => p,
+            Err(err) => {
+                let _ = tx
+                    .send(Pending::Error {
+                        err,
+                        method: head.method,
+                        target: head.target,
+                        started,
+                    })
+                    .await;
+                return Ok(());
+            }
+        };
+        let target = prep.auth.target();
+        let whole = prep.body == BodyKind::None;
+        let first = Bytes::from(prep.head);
+        let stream = match ctx
+            .transport
+            .open(StreamKind::Http, &target, first.clone())
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = tx
+                    .send(Pending::Error {
+                        err: EdgeError::Unavailable(e.reason),
+                        method: head.method,
+                        target: head.target,
+                        started,
+                    })
+                    .await;
+                return Ok(());
+            }
+        };
+        let (srd, mut swr) = tokio::io::split(stream);
+        let (continue_tx, continue_rx) = if prep.expect_continue && !whole {
+            let (a, b) = oneshot::channel();
+            (Some(a), Some(b))
+        } else {
+            (None, None)
+        };
+        let job = ReplyJob {
+            stream: srd,
+            method: head.method.clone(),
+            log_target: head.target.clone(),
+            target,
+            client_minor: head.minor,
+            close: prep.close,
+            continue_tx,
+            retry: (whole && idempotent(&head.method)).then_some(first),
+            started,
+        };
+        if tx.send(Pending::Reply(Box::new(job))).await.is_err() {
+            return Ok(()); // writer finished (it closes the connection)
+        }
+        if !whole {
+            if let Some(rx) = continue_rx {
+                if rx.await.is_err() {
+                    return Ok(());
+                }
+            }
+            let out = match prep.body {
+                BodyKind::Chunked => OutFraming::Chunked,
+                _ => OutFraming::Raw,
+            };
+            match http1::copy_body(prep.body, &mut rd, &mut buf, &mut swr, out).await {
+                Ok(_) => {}
+                // A client that stops mid-body broke its connection.
+                Err(CopyError::Read(e)) => {
+                    tracing::debug!(%peer, error = %e, "client request body failed");
+                    return Err(());
+                }
+                // The stream failed: its reply half reports why; the rest of this client's
+                // body cannot be skipped reliably, so stop reading requests.
+                Err(CopyError::Write(e)) => {
+                    tracing::debug!(%peer, error = %e, "stream failed during request body");
+                    return Ok(());
+                }
+            }
+        }
+        let _ = swr.shutdown().await;
+        if prep.close {
+            return Ok(());
+        }
+    }
+}
+
+/// How relaying one reply ended badly.
+enum RelayError {
+    /// Nothing was written to the client yet: an error response can still be sent.
+    Before(EdgeError, Option<FarFailure>),
+    /// Reply bytes were already sent (or the client is gone): the connection must be reset.
+    After(String),
+}
+
+/// Relays queued replies in order; returns when the connection should close.
+async fn write_replies<T: Transport>(
+    ctx: &Ctx<T>,
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Pending<T::Stream>>,
+    peer: SocketAddr,
+) {
+    while let Some(p) = rx.recv().await {
+        match p {
+            Pending::Error {
+                err,
+                method,
+                target,
+                started,
+            } => {
+                let _ = wr.write_all(&err.response()).await;
+                let _ = wr.shutdown().await;
+                log_access(&Access {
+                    client: peer,
+                    method: &method,
+                    target: &target,
+                    status: err.status(),
+                    bytes_up: 0,
+                    bytes_down: 0,
+                    duration: started.elapsed(),
+                    outcome: err.tag(),
+                    detail: &err.to_string(),
+                });
+                return;
+            }
+            Pending::Connect {
+                head,
+                rd,
+                buf,
+                started,
+            } => {
+                tunnel::connect(ctx, head, rd, buf, wr, peer, started).await;
+                return;
+            }
+            Pending::Reply(job) => {
+                let mut job = *job;
+                if let Some(tx) = job.continue_tx.take() {
+                    if wr.write_all(CONTINUE).await.is_err() {
+                        return abort(wr);
+                    }
+                    let _ = tx.send(());
+                }
+                let mut stream = job.stream;
+                let info = ReplyInfo {
+                    method: job.method.clone(),
+                    client_minor: job.client_minor,
+                    close: job.close,
+                };
+                let mut result = relay(ctx, &mut stream, &mut wr, &info).await;
+                if let Err(RelayError::Before(_, Some(f))) = &result {
+                    if f.retryable {
+                        if let Some(req) = job.retry.take() {
+                            tracing::info!(%peer, target = %job.target, reason = %f.reason, "retrying idempotent request on another pool connection");
+                            result = match ctx
+                                .transport
+                                .open(StreamKind::Http, &job.target, req)
+                                .await
+                            {
+                                Ok(s) => {
+                                    let (mut srd, mut swr) = tokio::io::split(s);
+                                    let _ = swr.shutdown().await;
+                                    relay(ctx, &mut srd, &mut wr, &info).await
+                                }
+                                Err(e) => {
+                                    Err(RelayError::Before(EdgeError::Unavailable(e.reason), None))
+                                }
+                            };
+                        }
+                    }
+                }
+                match result {
+                    Ok(r) => {
+                        log_access(&Access {
+                            client: peer,
+                            method: &job.method,
+                            target: &job.log_target,
+                            status: r.status,
+                            bytes_up: 0,
+                            bytes_down: r.bytes,
+                            duration: job.started.elapsed(),
+                            outcome: r.far_error.as_deref().unwrap_or("ok"),
+                            detail: "",
+                        });
+                        if r.close {
+                            let _ = wr.shutdown().await;
+                            return;
+                        }
+                    }
+                    Err(RelayError::Before(err, _)) => {
+                        let _ = wr.write_all(&err.response()).await;
+                        let _ = wr.shutdown().await;
+                        log_access(&Access {
+                            client: peer,
+                            method: &job.method,
+                            target: &job.log_target,
+                            status: err.status(),
+                            bytes_up: 0,
+                            bytes_down: 0,
+                            duration: job.started.elapsed(),
+                            outcome: err.tag(),
+                            detail: &err.to_string(),
+                        });
+                        return;
+                    }
+                    Err(RelayError::After(detail)) => {
+                        log_access(&Access {
+                            client: peer,
+                            method: &job.method,
+                            target: &job.log_target,
+                            status: 0,
+                            bytes_up: 0,
+                            bytes_down: 0,
+                            duration: job.started.elapsed(),
+                            outcome: "reply-cut",
+                            detail: &detail,
+                        });
+                        return abort(wr);
+                    }
+                }
+            }
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Closes the client connection with a reset, so a cut reply is never mistaken for a
+/// complete one (even a close-delimited one).
+fn abort(wr: OwnedWriteHalf) {
+    let _ = socket2::SockRef::from(wr.as_ref()).set_linger(Some(Duration::ZERO));
+    drop(wr);
+}
+
+/// What relaying a reply needs to know about its request.
+struct ReplyInfo {
+    method: String,
+    client_minor: u8,
+    close: bool,
+}
+
+struct Relayed {
+    /// `X-Longhaul-Error` tag of a far-side synthetic response, if it is one.
+    far_error: Option<String>,
+    status: u16,
+    bytes: u64,
+    close: bool,
+}
+
+/// Relays one reply from `srd` to the client.
+async fn relay<T: Transport, R: AsyncRead + Unpin>(
+    ctx: &Ctx<T>,
+    srd: &mut R,
+    wr: &mut OwnedWriteHalf,
+    job: &ReplyInfo,
+) -> Result<Relayed, RelayError> {
+    let far_err = |e: &std::io::Error| -> RelayError {
+        match ctx.transport.failure(e) {
+            Some(f) => RelayError::Before(EdgeError::from_far(&f), Some(f)),
+            None => RelayError::Before(EdgeError::BadReply(e.to_string()), None),
+        }
+    };
+    let mut sbuf = BytesMut::with_capacity(16 * 1024);
+    let head = loop {
+        let head = match http1::read_response_head(srd, &mut sbuf, ctx.settings.max_header_bytes)
+            .await
+        {
+            Ok(h) => h,
+            Err(HeadError::Io(e)) => return Err(far_err(&e)),
+            Err(HeadError::Truncated) => {
+                return Err(RelayError::Before(
+                    EdgeError::BadReply("the remote proxy ended the stream without a reply".into()),
+                    None,
+                ))
+            }
+            Err(e) => return Err(RelayError::Before(EdgeError::BadReply(e.to_string()), None)),
+        };
+        match head.status {
+            // `100 Continue` was answered locally; `101` cannot happen (Upgrade is stripped).
+            100 | 101 => continue,
+            102..=199 => {
+                if job.client_minor >= 1 {
+                    let mut h = head;
+                    http1::strip_hop_by_hop(&mut h.headers);
+                    if wr
+                        .write_all(&http1::encode_response_head(&h))
+                        .await
+                        .is_err()
+                    {
+                        return Err(RelayError::After("client went away".into()));
+                    }
+                }
+                continue;
+            }
+            _ => break head,
+        }
+    };
+    let kind = http1::response_body_kind(&job.method, &head)
+        .map_err(|e| RelayError::Before(EdgeError::BadReply(e.to_string()), None))?;
+    let far_error = http1::header_str(&head.headers, "x-longhaul-error").map(str::to_string);
+    let mut headers = head.headers;
+    let tokens = http1::strip_hop_by_hop(&mut headers);
+    let draining = *ctx.draining.borrow();
+    let mut close = job.close || draining || tokens.iter().any(|t| t == "close");
+    let out = match kind {
+        BodyKind::Chunked if job.client_minor >= 1 => {
+            headers.push(Header::new("Transfer-Encoding", "chunked"));
+            OutFraming::Chunked
+        }
+        BodyKind::Chunked | BodyKind::CloseDelimited => {
+            close = true;
+            OutFraming::Raw
+        }
+        BodyKind::Length(_) | BodyKind::None => OutFraming::Raw,
+    };
+    if close {
+        headers.push(Header::new("Connection", "close"));
+    } else if job.client_minor == 0 {
+        headers.push(Header::new("Connection", "keep-alive"));
+    }
+    let out_head = http1::ResponseHead {
+        status: head.status,
+        reason: head.reason,
+        minor: 1,
+        headers,
+    };
+    wr.write_all(&http1::encode_response_head(&out_head))
+        .await
+        .map_err(|e| RelayError::After(format!("client write failed: {e}")))?;
+    let bytes = http1::copy_body(kind, srd, &mut sbuf, wr, out)
+        .await
+        .map_err(|e| match &e {
+            CopyError::Read(io) => {
+                let why = ctx
+                    .transport
+                    .failure(io)
+                    .map(|f| f.reason)
+                    .unwrap_or_else(|| io.to_string());
+                RelayError::After(format!("reply cut: {why}"))
+            }
+            CopyError::Write(io) => RelayError::After(format!("client write failed: {io}")),
+        })?;
+    Ok(Relayed {
+        far_error,
+        status: out_head.status,
+        bytes,
+        close,
+    })
+}
+
+/// Writes `bytes` and reports a write failure as a string.
+pub(crate) async fn write_all<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    bytes: &[u8],
+) -> Result<(), String> {
+    w.write_all(bytes).await.map_err(|e| e.to_string())?;
+    w.flush().await.map_err(|e| e.to_string())
+}
+
+/// Splits a stream (re-exported for the tunnel module).
+pub(crate) fn split<S: AsyncRead + AsyncWrite>(s: S) -> (ReadHalf<S>, WriteHalf<S>) {
+    tokio::io::split(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(target: &str, headers: &[(&str, &str)]) -> RequestHead {
+        RequestHead {
+            method: "GET".into(),
+            target: target.into(),
+            minor: 1,
+            headers: headers.iter().map(|(k, v)| Header::new(k, *v)).collect(),
+        }
+    }
+
+    #[test]
+    fn prepare_rewrites_absolute_form() {
+        let p = prepare(
+            &req(
+                "http://example.com:8080/x?y",
+                &[
+                    ("Host", "wrong"),
+                    ("Proxy-Connection", "keep-alive"),
+                    ("Connection", "X-Hop"),
+                    ("X-Hop", "1"),
+                    ("Accept", "*/*"),
+                ],
+            ),
+            Entry::Explicit,
+        )
+        .unwrap();
+        assert_eq!(p.auth.target(), "example.com:8080");
+        assert_eq!(
+            String::from_utf8(p.head).unwrap(),
+            "GET /x?y HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\n\r\n"
+        );
+        assert!(!p.close);
+    }
+
+    #[test]
+    fn prepare_rejects_bad_requests() {
+        assert_eq!(
+            prepare(&req("/x", &[("Host", "a")]), Entry::Explicit)
+                .err()
+                .unwrap()
+                .status(),
+            400
+        );
+        assert_eq!(
+            prepare(
+                &req("http://a/", &[("Host", "a"), ("Host", "b")]),
+                Entry::Explicit
+            )
+            .err()
+            .unwrap()
+            .status(),
+            400
+        );
+    }
+
+    #[test]
+    fn transparent_host_must_match_original_destination() {
+        let orig: SocketAddr = "192.0.2.7:80".parse().unwrap();
+        let e = Entry::Transparent { orig };
+        let p = prepare(&req("/a", &[("Host", "www.example.com")]), e).unwrap();
+        assert_eq!(p.auth.target(), "192.0.2.7:80");
+        assert!(String::from_utf8(p.head)
+            .unwrap()
+            .starts_with("GET /a HTTP/1.1\r\nHost: www.example.com\r\n"));
+        assert!(prepare(&req("/a", &[("Host", "192.0.2.7")]), e).is_ok());
+        assert_eq!(
+            prepare(&req("/a", &[("Host", "192.0.2.8")]), e)
+                .err()
+                .unwrap()
+                .status(),
+            403
+        );
+        assert_eq!(
+            prepare(&req("/a", &[("Host", "www.example.com:8080")]), e)
+                .err()
+                .unwrap()
+                .status(),
+            403
+        );
+        assert_eq!(prepare(&req("/a", &[]), e).err().unwrap().status(), 400);
+    }
+
+    #[test]
+    fn http10_and_expect_handling() {
+        let mut r = req(
+            "http://a/",
+            &[("Expect", "100-continue"), ("Content-Length", "3")],
+        );
+        r.minor = 0;
+        r.method = "POST".into();
+        let p = prepare(&r, Entry::Explicit).unwrap();
+        assert!(p.close);
+        assert!(p.expect_continue);
+        assert_eq!(p.body, BodyKind::Length(3));
+        let h = String::from_utf8(p.head).unwrap();
+        assert!(!h.to_ascii_lowercase().contains("expect"));
+        assert!(h.contains("Content-Length: 3\r\n"));
+    }
+}

@@ -1,0 +1,400 @@
+//! Typed, validated configuration of the edge (TOML), plus pieces both binaries share
+//! (mode, log format, link description, logging set-up).
+//!
+//! Every key has a `DEFAULT_*` constant; unknown keys are rejected; [`EdgeConfig::validate`]
+//! checks ranges and the development-mode rule (loopback only). Command-line flags override the
+//! file (see the binary). It does NOT open sockets.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+use crate::client::{ConnectReply, Settings};
+use crate::http1;
+
+/// Default explicit proxy listener.
+pub const DEFAULT_EDGE_LISTEN: &str = "127.0.0.1:3128";
+/// Default remote proxy address.
+pub const DEFAULT_REMOTE: &str = "127.0.0.1:4443";
+/// Default number of pool connections (seed 001: more connections lower latency; 4 suits a
+/// single-user demo, production sizes it from the link).
+pub const DEFAULT_CONNECTIONS: usize = 4;
+/// Default idle timeout of a client connection.
+pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Default drain grace period on SIGTERM.
+pub const DEFAULT_DRAIN_GRACE_MS: u64 = 10_000;
+/// Default pipelining depth per client connection.
+pub const DEFAULT_MAX_PIPELINE: usize = 16;
+/// Default wait at start-up for the first pool connection.
+pub const DEFAULT_READY_TIMEOUT_MS: u64 = 5_000;
+/// Default round-trip time of the long link (sizes windows from the bandwidth-delay product).
+pub const DEFAULT_LINK_RTT_MS: u32 = 130;
+/// Default rate of the long link.
+pub const DEFAULT_LINK_RATE_MBIT: u32 = 100;
+/// Default congestion control of pool connections.
+pub const DEFAULT_CONGESTION: &str = "bbr";
+/// Default client networks: loopback and private address space (like Squid's `localnet`).
+pub const DEFAULT_ALLOWED_CLIENTS: &[&str] = &[
+    "127.0.0.0/8",
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "::1/128",
+    "fc00::/7",
+    "fe80::/10",
+];
+/// Default HTTP ports of intercepted connections.
+pub const DEFAULT_TRANSPARENT_HTTP_PORTS: &[u16] = &[80];
+
+/// Development (the no-argument default: loopback only, private origins allowed) or production.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Binds loopback only; the remote may reach loopback and private origins.
+    Development,
+    /// Binds any address; the remote refuses private targets unless allowed.
+    Production,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Pool scheduling policy (mirrors `mux::Policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyName {
+    /// Least outstanding bytes (queued + in the kernel send queue): the default.
+    LeastOutstanding,
+    /// Round-robin (baseline).
+    RoundRobin,
+    /// Fewest bound streams (baseline).
+    FewestStreams,
+}
+
+/// The long link between edge and remote; windows are sized from its bandwidth-delay product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LinkConfig {
+    /// Round-trip time in milliseconds.
+    pub rtt_ms: u32,
+    /// Rate in Mbit/s.
+    pub rate_mbit: u32,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            rtt_ms: DEFAULT_LINK_RTT_MS,
+            rate_mbit: DEFAULT_LINK_RATE_MBIT,
+        }
+    }
+}
+
+impl LinkConfig {
+    /// Bandwidth-delay product in bytes.
+    pub fn bdp_bytes(&self) -> u64 {
+        u64::from(self.rate_mbit) * 1_000_000 / 8 * u64::from(self.rtt_ms) / 1000
+    }
+
+    /// Checks ranges.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=10_000).contains(&self.rtt_ms) {
+            return Err(format!("link.rtt_ms {} must be in 1..=10000", self.rtt_ms));
+        }
+        if !(1..=400_000).contains(&self.rate_mbit) {
+            return Err(format!(
+                "link.rate_mbit {} must be in 1..=400000",
+                self.rate_mbit
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Interception (transparent proxy) settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransparentConfig {
+    /// Address the REDIRECT/TPROXY rules send intercepted connections to.
+    pub listen: SocketAddr,
+    /// Use TPROXY (the socket's local address is the original destination; needs
+    /// CAP_NET_ADMIN) instead of REDIRECT (`SO_ORIGINAL_DST`).
+    #[serde(default)]
+    pub tproxy: bool,
+    /// Destination ports parsed as HTTP; other ports are tunnelled untouched.
+    #[serde(default = "default_http_ports")]
+    pub http_ports: Vec<u16>,
+}
+
+fn default_http_ports() -> Vec<u16> {
+    DEFAULT_TRANSPARENT_HTTP_PORTS.to_vec()
+}
+
+/// The pool of connections to the remote proxy.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolSection {
+    /// Remote proxy `host:port`.
+    pub remote: String,
+    /// Number of pool connections.
+    pub connections: usize,
+    /// Scheduling policy.
+    pub policy: PolicyName,
+    /// TCP congestion control of pool connections (`bbr`, `cubic`, `reno`); falls back to the
+    /// system default with a log line when unavailable.
+    pub congestion: String,
+    /// Wait at start-up for the first pool connection before accepting clients anyway.
+    pub ready_timeout_ms: u64,
+}
+
+impl Default for PoolSection {
+    fn default() -> Self {
+        PoolSection {
+            remote: DEFAULT_REMOTE.into(),
+            connections: DEFAULT_CONNECTIONS,
+            policy: PolicyName::LeastOutstanding,
+            congestion: DEFAULT_CONGESTION.into(),
+            ready_timeout_ms: DEFAULT_READY_TIMEOUT_MS,
+        }
+    }
+}
+
+/// The edge's configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EdgeConfig {
+    /// Development or production. Absent: development when every listen address is loopback,
+    /// production otherwise.
+    pub mode: Option<Mode>,
+    /// Explicit proxy listener.
+    pub listen: SocketAddr,
+    /// Client networks served (others get 403).
+    pub allowed_clients: Vec<IpNet>,
+    /// How CONNECT is answered.
+    pub connect_reply: ConnectReply,
+    /// Ports CONNECT may reach (empty = any).
+    pub connect_ports: Vec<u16>,
+    /// Largest request head in bytes (larger: 431).
+    pub max_header_bytes: usize,
+    /// Pipelined requests in flight per client connection.
+    pub max_pipeline: usize,
+    /// Idle keep-alive timeout of client connections, in milliseconds.
+    pub client_idle_timeout_ms: u64,
+    /// Grace period for in-flight replies on SIGTERM, in milliseconds.
+    pub drain_grace_ms: u64,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// The long link.
+    pub link: LinkConfig,
+    /// Pool settings.
+    pub pool: PoolSection,
+    /// Interception; absent = off.
+    pub transparent: Option<TransparentConfig>,
+}
+
+impl Default for EdgeConfig {
+    fn default() -> Self {
+        EdgeConfig {
+            mode: None,
+            listen: DEFAULT_EDGE_LISTEN.parse().expect("valid default"),
+            allowed_clients: DEFAULT_ALLOWED_CLIENTS
+                .iter()
+                .map(|n| n.parse().expect("valid default network"))
+                .collect(),
+            connect_reply: ConnectReply::Optimistic,
+            connect_ports: Vec::new(),
+            max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
+            max_pipeline: DEFAULT_MAX_PIPELINE,
+            client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
+            drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
+            log_format: LogFormat::Text,
+            link: LinkConfig::default(),
+            pool: PoolSection::default(),
+            transparent: None,
+        }
+    }
+}
+
+/// Reads a TOML file into `T`, with the file name in errors.
+pub fn load_toml<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Splits `host:port` and checks both parts.
+pub fn check_host_port(what: &str, s: &str) -> Result<(), String> {
+    crate::target::parse_authority(s, None)
+        .map(|_| ())
+        .map_err(|e| format!("{what} {s:?}: {e}"))
+}
+
+/// The mode in force: the configured one, else development when every address is loopback.
+pub fn effective_mode(mode: Option<Mode>, addrs: &[SocketAddr]) -> Mode {
+    mode.unwrap_or(if addrs.iter().all(|a| a.ip().is_loopback()) {
+        Mode::Development
+    } else {
+        Mode::Production
+    })
+}
+
+impl EdgeConfig {
+    /// The mode in force (see [`effective_mode`]).
+    pub fn mode(&self) -> Mode {
+        let mut addrs = vec![self.listen];
+        addrs.extend(self.transparent.as_ref().map(|t| t.listen));
+        effective_mode(self.mode, &addrs)
+    }
+
+    /// Checks ranges and cross-field rules; the error says which key is wrong and why.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.mode() == Mode::Development {
+            let mut addrs = vec![("listen", self.listen)];
+            if let Some(t) = &self.transparent {
+                addrs.push(("transparent.listen", t.listen));
+            }
+            for (key, a) in addrs {
+                if !a.ip().is_loopback() {
+                    return Err(format!(
+                        "{key} {a}: development mode binds loopback only (set mode = \"production\")"
+                    ));
+                }
+            }
+        }
+        check_host_port("pool.remote", &self.pool.remote)?;
+        if !(1..=1024).contains(&self.pool.connections) {
+            return Err(format!(
+                "pool.connections {} must be in 1..=1024",
+                self.pool.connections
+            ));
+        }
+        if !["bbr", "cubic", "reno"].contains(&self.pool.congestion.as_str()) {
+            return Err(format!(
+                "pool.congestion {:?} must be bbr, cubic or reno",
+                self.pool.congestion
+            ));
+        }
+        if self.allowed_clients.is_empty() {
+            return Err("allowed_clients is empty: no client could use the proxy".into());
+        }
+        if !(1024..=1024 * 1024).contains(&self.max_header_bytes) {
+            return Err(format!(
+                "max_header_bytes {} must be in 1024..=1048576",
+                self.max_header_bytes
+            ));
+        }
+        if !(1..=256).contains(&self.max_pipeline) {
+            return Err(format!(
+                "max_pipeline {} must be in 1..=256",
+                self.max_pipeline
+            ));
+        }
+        for (key, v) in [
+            ("client_idle_timeout_ms", self.client_idle_timeout_ms),
+            ("drain_grace_ms", self.drain_grace_ms),
+            ("pool.ready_timeout_ms", self.pool.ready_timeout_ms),
+        ] {
+            if v == 0 || v > 86_400_000 {
+                return Err(format!("{key} {v} must be in 1..=86400000"));
+            }
+        }
+        if self.connect_ports.contains(&0) {
+            return Err("connect_ports contains 0".into());
+        }
+        if let Some(t) = &self.transparent {
+            if t.listen == self.listen {
+                return Err("transparent.listen must differ from listen".into());
+            }
+        }
+        self.link.validate()
+    }
+
+    /// Per-connection behaviour derived from this configuration.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            max_header_bytes: self.max_header_bytes,
+            max_pipeline: self.max_pipeline,
+            idle_timeout: Duration::from_millis(self.client_idle_timeout_ms),
+            connect_reply: self.connect_reply,
+            connect_ports: self.connect_ports.clone(),
+            allowed_clients: self.allowed_clients.clone(),
+            transparent_http_ports: self
+                .transparent
+                .as_ref()
+                .map(|t| t.http_ports.clone())
+                .unwrap_or_else(default_http_ports),
+        }
+    }
+}
+
+/// Sets up `tracing` output: `RUST_LOG` filters (default `info`), `format` picks text or JSON.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_loopback() {
+        let c = EdgeConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:3128");
+        assert_eq!(c.pool.remote, "127.0.0.1:4443");
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let e = toml::from_str::<EdgeConfig>("listn = \"127.0.0.1:1\"").unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+        let e = toml::from_str::<EdgeConfig>("[pool]\nremotes = \"a:1\"").unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let c: EdgeConfig =
+            toml::from_str("mode = \"development\"\nlisten = \"0.0.0.0:3128\"").unwrap();
+        assert!(c.validate().unwrap_err().contains("development mode"));
+        let c: EdgeConfig = toml::from_str("listen = \"0.0.0.0:3128\"").unwrap();
+        assert_eq!(c.mode(), Mode::Production);
+        let c: EdgeConfig =
+            toml::from_str("mode = \"production\"\nlisten = \"0.0.0.0:3128\"").unwrap();
+        c.validate().unwrap();
+        let c: EdgeConfig = toml::from_str("[pool]\nconnections = 0").unwrap();
+        assert!(c.validate().unwrap_err().contains("pool.connections"));
+        let c: EdgeConfig = toml::from_str("[pool]\nremote = \"nohost\"").unwrap();
+        assert!(c.validate().unwrap_err().contains("pool.remote"));
+        let c: EdgeConfig = toml::from_str("connect_reply = \"after-connect\"").unwrap();
+        assert_eq!(c.connect_reply, ConnectReply::AfterConnect);
+    }
+
+    #[test]
+    fn bdp() {
+        let l = LinkConfig {
+            rtt_ms: 120,
+            rate_mbit: 34,
+        };
+        assert_eq!(l.bdp_bytes(), 510_000);
+    }
+}

@@ -1,0 +1,197 @@
+//! The one place where the edge maps failures to synthetic HTTP responses, and writes the
+//! access log.
+//!
+//! Every client-visible error is an [`EdgeError`]: it knows its status code, a short tag (sent
+//! in `X-Longhaul-Error` and logged) and a one-line reason (the response body). Responses always
+//! close the client connection, because after an error the framing of what follows on it cannot
+//! be trusted.
+//!
+//! It does NOT decide when an error happens: [`crate::client`] does.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::http1::HeadError;
+use crate::transport::{FarCode, FarFailure};
+
+/// A failure the client is told about with a synthetic response.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EdgeError {
+    /// The request is not valid HTTP/1.1 or not acceptable to a proxy.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The header section is over the configured limit.
+    #[error("request header section too large: {0}")]
+    HeaderTooLarge(String),
+    /// The client's address is not in an allowed network.
+    #[error("client {0} is not allowed to use this proxy")]
+    ForbiddenClient(std::net::IpAddr),
+    /// The target is refused by policy (here or on the far side).
+    #[error("target refused: {0}")]
+    ForbiddenTarget(String),
+    /// No pool connection to the remote proxy could carry the request.
+    #[error("remote proxy unavailable: {0}")]
+    Unavailable(String),
+    /// The far side could not resolve the target.
+    #[error("DNS lookup failed on the far side: {0}")]
+    DnsFailed(String),
+    /// The far side could not connect to the target.
+    #[error("connection to origin failed: {0}")]
+    ConnectFailed(String),
+    /// The origin did not answer in time.
+    #[error("origin timed out: {0}")]
+    Timeout(String),
+    /// The reply from the far side was broken or missing.
+    #[error("bad reply from the remote proxy: {0}")]
+    BadReply(String),
+}
+
+impl EdgeError {
+    /// The HTTP status code of the synthetic response.
+    pub fn status(&self) -> u16 {
+        match self {
+            EdgeError::BadRequest(_) => 400,
+            EdgeError::HeaderTooLarge(_) => 431,
+            EdgeError::ForbiddenClient(_) | EdgeError::ForbiddenTarget(_) => 403,
+            EdgeError::Unavailable(_)
+            | EdgeError::DnsFailed(_)
+            | EdgeError::ConnectFailed(_)
+            | EdgeError::BadReply(_) => 502,
+            EdgeError::Timeout(_) => 504,
+        }
+    }
+
+    /// Short machine-readable tag.
+    pub fn tag(&self) -> &'static str {
+        match self {
+            EdgeError::BadRequest(_) => "bad-request",
+            EdgeError::HeaderTooLarge(_) => "header-too-large",
+            EdgeError::ForbiddenClient(_) => "forbidden-client",
+            EdgeError::ForbiddenTarget(_) => "forbidden-target",
+            EdgeError::Unavailable(_) => "remote-unavailable",
+            EdgeError::DnsFailed(_) => "dns-failed",
+            EdgeError::ConnectFailed(_) => "connect-failed",
+            EdgeError::Timeout(_) => "origin-timeout",
+            EdgeError::BadReply(_) => "bad-reply",
+        }
+    }
+
+    /// The complete synthetic response (head and body; `Connection: close`).
+    pub fn response(&self) -> Vec<u8> {
+        synthetic_response(self.status(), self.tag(), &self.to_string())
+    }
+
+    /// The error for a far-side failure of a stream.
+    pub fn from_far(f: &FarFailure) -> EdgeError {
+        let r = f.reason.clone();
+        match f.code {
+            FarCode::DnsFailed => EdgeError::DnsFailed(r),
+            FarCode::ConnectFailed => EdgeError::ConnectFailed(r),
+            FarCode::Timeout => EdgeError::Timeout(r),
+            FarCode::Forbidden => EdgeError::ForbiddenTarget(r),
+            FarCode::ConnectionLost | FarCode::Refused => EdgeError::Unavailable(r),
+            FarCode::Other => EdgeError::BadReply(r),
+        }
+    }
+}
+
+impl From<HeadError> for EdgeError {
+    fn from(e: HeadError) -> EdgeError {
+        match e {
+            HeadError::TooLarge(_) => EdgeError::HeaderTooLarge(e.to_string()),
+            other => EdgeError::BadRequest(other.to_string()),
+        }
+    }
+}
+
+/// Reason phrase of the statuses the proxies generate.
+pub fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}
+
+/// A `Connection: close` response with a plain-text one-line body.
+pub fn synthetic_response(status: u16, tag: &str, reason: &str) -> Vec<u8> {
+    let body = format!("{status} {}: {reason}\n", reason_phrase(status));
+    format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+         X-Longhaul-Error: {tag}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n{body}",
+        reason_phrase(status),
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// One access-log record: one per request or tunnel.
+#[derive(Debug)]
+pub struct Access<'a> {
+    /// Client address.
+    pub client: SocketAddr,
+    /// Method (`CONNECT` for tunnels, `TUNNEL` for intercepted non-HTTP connections).
+    pub method: &'a str,
+    /// Target as requested.
+    pub target: &'a str,
+    /// Status sent to the client (0 when none could be sent).
+    pub status: u16,
+    /// Body bytes sent to the client (for tunnels: bytes client→far / far→client).
+    pub bytes_up: u64,
+    /// Body bytes received from the far side and sent to the client.
+    pub bytes_down: u64,
+    /// Time from the request head to the end of the reply.
+    pub duration: Duration,
+    /// `ok`, or the error tag.
+    pub outcome: &'a str,
+    /// Extra detail (error reason), may be empty.
+    pub detail: &'a str,
+}
+
+/// Writes the access-log line (tracing target `access`).
+pub fn log_access(a: &Access<'_>) {
+    tracing::info!(
+        target: "access",
+        client = %a.client,
+        method = a.method,
+        target = a.target,
+        status = a.status,
+        bytes_up = a.bytes_up,
+        bytes_down = a.bytes_down,
+        ms = a.duration.as_millis() as u64,
+        outcome = a.outcome,
+        detail = a.detail,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_contract() {
+        let cases: Vec<(EdgeError, u16)> = vec![
+            (EdgeError::BadRequest("x".into()), 400),
+            (EdgeError::HeaderTooLarge("x".into()), 431),
+            (EdgeError::ForbiddenClient([10, 0, 0, 1].into()), 403),
+            (EdgeError::ForbiddenTarget("x".into()), 403),
+            (EdgeError::DnsFailed("x".into()), 502),
+            (EdgeError::ConnectFailed("x".into()), 502),
+            (EdgeError::Timeout("x".into()), 504),
+        ];
+        for (e, s) in cases {
+            assert_eq!(e.status(), s);
+            let r = String::from_utf8(e.response()).unwrap();
+            assert!(r.starts_with(&format!("HTTP/1.1 {s} ")));
+            let (head, body) = r.split_once("\r\n\r\n").unwrap();
+            assert!(head.contains(&format!("Content-Length: {}", body.len())));
+            assert!(body.contains(e.tag()) || body.contains(&e.to_string()));
+        }
+    }
+}

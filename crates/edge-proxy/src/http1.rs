@@ -1,0 +1,854 @@
+//! HTTP/1.1 message heads and body framing, shared by both proxies.
+//!
+//! What it does: parses request and response heads with `httparse` into owned values (bounded by
+//! a header-section size and a header count), serialises them again, removes hop-by-hop headers,
+//! decides how a message body is framed (RFC 9112 §6), and copies a body from a reader to a writer
+//! while decoding and re-encoding its framing (fixed length, chunked, or close-delimited).
+//!
+//! What it does NOT do: interpret methods or status codes beyond framing, keep any connection
+//! state, or touch the network. Trailers of chunked bodies are read (bounded) and dropped.
+
+use std::fmt::Write as _;
+use std::io;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Largest accepted header section (request line or status line plus headers), in bytes.
+/// Larger heads are answered `431`. 64 KiB fits any real browser request (cookies included).
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Largest number of header fields in one head; more is answered `431`.
+pub const DEFAULT_MAX_HEADERS: usize = 128;
+/// Size of the reads used when copying bodies (and the largest chunk written at once).
+pub const DEFAULT_BODY_BUFFER: usize = 64 * 1024;
+/// Longest accepted chunk-size line (size, extensions, CRLF) in a chunked body.
+pub const MAX_CHUNK_LINE: usize = 4096;
+/// Largest accepted trailer section of a chunked body (trailers are dropped).
+pub const MAX_TRAILER_BYTES: usize = 16 * 1024;
+
+/// Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus the proxy-specific
+/// ones; removed when a message is forwarded. Framing headers are re-added by the forwarder.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// One header field, name as received (compared case-insensitively).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Field name.
+    pub name: String,
+    /// Field value bytes (not necessarily UTF-8).
+    pub value: Vec<u8>,
+}
+
+impl Header {
+    /// A header from a name and value.
+    pub fn new(name: &str, value: impl Into<Vec<u8>>) -> Header {
+        Header {
+            name: name.to_string(),
+            value: value.into(),
+        }
+    }
+}
+
+/// A parsed request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    /// Method token, e.g. `GET`.
+    pub method: String,
+    /// Request target as sent (absolute-form, origin-form, authority-form or `*`).
+    pub target: String,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor: u8,
+    /// Header fields in order.
+    pub headers: Vec<Header>,
+}
+
+/// A parsed response head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// Status code.
+    pub status: u16,
+    /// Reason phrase (may be empty).
+    pub reason: String,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor: u8,
+    /// Header fields in order.
+    pub headers: Vec<Header>,
+}
+
+/// Why a head could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    /// The bytes are not a valid HTTP/1.x head.
+    #[error("malformed message head: {0}")]
+    Malformed(String),
+    /// The head exceeds the size or header-count limit.
+    #[error("header section too large (limit {0} bytes, {DEFAULT_MAX_HEADERS} fields)")]
+    TooLarge(usize),
+    /// The peer closed the connection in the middle of a head.
+    #[error("connection closed in the middle of a message head")]
+    Truncated,
+    /// Reading failed.
+    #[error("read failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// How a message body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    /// No body.
+    None,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Everything until the sender closes (responses only).
+    CloseDelimited,
+}
+
+fn find<'a>(headers: &'a [Header], name: &str) -> impl Iterator<Item = &'a Header> + 'a {
+    let name = name.to_string();
+    headers
+        .iter()
+        .filter(move |h| h.name.eq_ignore_ascii_case(&name))
+}
+
+/// The value of the single header `name` as a string, if present and UTF-8.
+pub fn header_str<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {
+    find(headers, name)
+        .next()
+        .and_then(|h| std::str::from_utf8(&h.value).ok())
+        .map(str::trim)
+}
+
+/// Comma-separated tokens of every `name` header, lower-cased.
+pub fn header_tokens(headers: &[Header], name: &str) -> Vec<String> {
+    find(headers, name)
+        .filter_map(|h| std::str::from_utf8(&h.value).ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// Removes every header named `name`.
+pub fn remove_header(headers: &mut Vec<Header>, name: &str) {
+    headers.retain(|h| !h.name.eq_ignore_ascii_case(name));
+}
+
+/// Removes hop-by-hop headers, including those listed in `Connection`, and returns the
+/// `Connection` tokens (lower-cased) so the caller can honour `close` / `keep-alive`.
+pub fn strip_hop_by_hop(headers: &mut Vec<Header>) -> Vec<String> {
+    let mut tokens = header_tokens(headers, "connection");
+    tokens.extend(header_tokens(headers, "proxy-connection"));
+    headers.retain(|h| {
+        !HOP_BY_HOP.iter().any(|n| h.name.eq_ignore_ascii_case(n))
+            && !tokens.iter().any(|t| h.name.eq_ignore_ascii_case(t))
+    });
+    tokens
+}
+
+fn content_length(headers: &[Header]) -> Result<Option<u64>, HeadError> {
+    let mut value: Option<u64> = None;
+    for h in find(headers, "content-length") {
+        let s = std::str::from_utf8(&h.value)
+            .map_err(|_| HeadError::Malformed("non-ASCII Content-Length".into()))?;
+        for part in s.split(',') {
+            let part = part.trim();
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(HeadError::Malformed(format!(
+                    "invalid Content-Length {part:?}"
+                )));
+            }
+            let n: u64 = part
+                .parse()
+                .map_err(|_| HeadError::Malformed("Content-Length overflows".into()))?;
+            match value {
+                Some(v) if v != n => {
+                    return Err(HeadError::Malformed(
+                        "conflicting Content-Length values".into(),
+                    ))
+                }
+                _ => value = Some(n),
+            }
+        }
+    }
+    Ok(value)
+}
+
+/// Returns true if the message uses the chunked coding; errors on codings this proxy does not
+/// forward (anything but a lone `chunked`).
+fn is_chunked(headers: &[Header]) -> Result<bool, HeadError> {
+    let codings = header_tokens(headers, "transfer-encoding");
+    if codings.is_empty() {
+        return Ok(false);
+    }
+    if codings == ["chunked"] {
+        Ok(true)
+    } else {
+        Err(HeadError::Malformed(format!(
+            "unsupported Transfer-Encoding {:?}",
+            codings.join(", ")
+        )))
+    }
+}
+
+/// Body framing of a request (RFC 9112 §6.3). A request with both `Transfer-Encoding` and
+/// `Content-Length` is rejected (request smuggling guard).
+pub fn request_body_kind(head: &RequestHead) -> Result<BodyKind, HeadError> {
+    let chunked = is_chunked(&head.headers)?;
+    let length = content_length(&head.headers)?;
+    match (chunked, length) {
+        (true, Some(_)) => Err(HeadError::Malformed(
+            "both Transfer-Encoding and Content-Length".into(),
+        )),
+        (true, None) => Ok(BodyKind::Chunked),
+        (false, Some(0)) | (false, None) => Ok(BodyKind::None),
+        (false, Some(n)) => Ok(BodyKind::Length(n)),
+    }
+}
+
+/// Body framing of a response to a request with method `method` (RFC 9112 §6.3).
+pub fn response_body_kind(method: &str, head: &ResponseHead) -> Result<BodyKind, HeadError> {
+    if method.eq_ignore_ascii_case("HEAD")
+        || (100..200).contains(&head.status)
+        || head.status == 204
+        || head.status == 304
+    {
+        return Ok(BodyKind::None);
+    }
+    if is_chunked(&head.headers)? {
+        return Ok(BodyKind::Chunked);
+    }
+    match content_length(&head.headers)? {
+        Some(0) => Ok(BodyKind::None),
+        Some(n) => Ok(BodyKind::Length(n)),
+        None => Ok(BodyKind::CloseDelimited),
+    }
+}
+
+/// Reads more bytes into `buf`; returns the count (0 at EOF).
+async fn fill<R: AsyncRead + Unpin>(r: &mut R, buf: &mut BytesMut) -> io::Result<usize> {
+    if buf.capacity() - buf.len() < 4096 {
+        buf.reserve(DEFAULT_BODY_BUFFER);
+    }
+    r.read_buf(buf).await
+}
+
+fn owned_headers(hs: &[httparse::Header<'_>]) -> Vec<Header> {
+    hs.iter()
+        .map(|h| Header {
+            name: h.name.to_string(),
+            value: h.value.to_vec(),
+        })
+        .collect()
+}
+
+fn parse_error(e: httparse::Error, max: usize) -> HeadError {
+    match e {
+        httparse::Error::TooManyHeaders => HeadError::TooLarge(max),
+        other => HeadError::Malformed(other.to_string()),
+    }
+}
+
+/// Reads one request head from `r`, using and refilling `buf` (bytes after the head stay in
+/// `buf`). Returns `Ok(None)` on a clean EOF before any byte of a head.
+pub async fn read_request_head<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut BytesMut,
+    max_bytes: usize,
+) -> Result<Option<RequestHead>, HeadError> {
+    loop {
+        // Tolerate empty lines before a request line (RFC 9112 §2.2).
+        while buf.starts_with(b"\r\n") || buf.starts_with(b"\n") {
+            let n = if buf.starts_with(b"\r\n") { 2 } else { 1 };
+            buf.advance(n);
+        }
+        if !buf.is_empty() {
+            let mut hs = [httparse::EMPTY_HEADER; DEFAULT_MAX_HEADERS];
+            let mut req = httparse::Request::new(&mut hs);
+            match req.parse(buf) {
+                Ok(httparse::Status::Complete(n)) => {
+                    if n > max_bytes {
+                        return Err(HeadError::TooLarge(max_bytes));
+                    }
+                    let head = RequestHead {
+                        method: req.method.unwrap_or_default().to_string(),
+                        target: req.path.unwrap_or_default().to_string(),
+                        minor: req.version.unwrap_or(1),
+                        headers: owned_headers(req.headers),
+                    };
+                    buf.advance(n);
+                    return Ok(Some(head));
+                }
+                Ok(httparse::Status::Partial) => {
+                    if buf.len() > max_bytes {
+                        return Err(HeadError::TooLarge(max_bytes));
+                    }
+                }
+                Err(e) => return Err(parse_error(e, max_bytes)),
+            }
+        }
+        if fill(r, buf).await? == 0 {
+            return if buf.is_empty() {
+                Ok(None)
+            } else {
+                Err(HeadError::Truncated)
+            };
+        }
+    }
+}
+
+/// Reads one response head from `r` (see [`read_request_head`]). EOF before a complete head is
+/// [`HeadError::Truncated`].
+pub async fn read_response_head<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut BytesMut,
+    max_bytes: usize,
+) -> Result<ResponseHead, HeadError> {
+    loop {
+        if !buf.is_empty() {
+            let mut hs = [httparse::EMPTY_HEADER; DEFAULT_MAX_HEADERS];
+            let mut res = httparse::Response::new(&mut hs);
+            match res.parse(buf) {
+                Ok(httparse::Status::Complete(n)) => {
+                    if n > max_bytes {
+                        return Err(HeadError::TooLarge(max_bytes));
+                    }
+                    let head = ResponseHead {
+                        status: res.code.unwrap_or_default(),
+                        reason: res.reason.unwrap_or_default().to_string(),
+                        minor: res.version.unwrap_or(1),
+                        headers: owned_headers(res.headers),
+                    };
+                    buf.advance(n);
+                    return Ok(head);
+                }
+                Ok(httparse::Status::Partial) => {
+                    if buf.len() > max_bytes {
+                        return Err(HeadError::TooLarge(max_bytes));
+                    }
+                }
+                Err(e) => return Err(parse_error(e, max_bytes)),
+            }
+        }
+        if fill(r, buf).await? == 0 {
+            return Err(HeadError::Truncated);
+        }
+    }
+}
+
+fn write_headers(out: &mut Vec<u8>, headers: &[Header]) {
+    for h in headers {
+        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(&h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Serialises a request head (always as HTTP/1.1 unless `minor` is 0).
+pub fn encode_request_head(head: &RequestHead) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    let _ = write!(
+        ByteWriter(&mut out),
+        "{} {} HTTP/1.{}\r\n",
+        head.method,
+        head.target,
+        head.minor
+    );
+    write_headers(&mut out, &head.headers);
+    out
+}
+
+/// Serialises a response head.
+pub fn encode_response_head(head: &ResponseHead) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    let _ = write!(
+        ByteWriter(&mut out),
+        "HTTP/1.{} {} {}\r\n",
+        head.minor,
+        head.status,
+        head.reason
+    );
+    write_headers(&mut out, &head.headers);
+    out
+}
+
+struct ByteWriter<'a>(&'a mut Vec<u8>);
+impl std::fmt::Write for ByteWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Which side of a body copy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// Reading the source failed, or its framing was invalid or cut short.
+    #[error("body source: {0}")]
+    Read(io::Error),
+    /// Writing to the destination failed.
+    #[error("body destination: {0}")]
+    Write(io::Error),
+}
+
+impl CopyError {
+    /// The underlying I/O error.
+    pub fn io(&self) -> &io::Error {
+        match self {
+            CopyError::Read(e) | CopyError::Write(e) => e,
+        }
+    }
+}
+
+fn bad_framing(msg: &str) -> CopyError {
+    CopyError::Read(io::Error::new(io::ErrorKind::InvalidData, msg.to_string()))
+}
+
+fn truncated() -> CopyError {
+    CopyError::Read(io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "body ended before its framing said",
+    ))
+}
+
+/// Incremental decoder of one message body: yields its data pieces, leaves what follows the
+/// body in the caller's buffer.
+#[derive(Debug)]
+pub struct BodyDecoder {
+    state: DecodeState,
+    /// Body bytes yielded so far.
+    pub total: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DecodeState {
+    /// This many bytes remain of a fixed-length body (or of the current chunk when `chunked`).
+    Data { left: u64, chunked: bool },
+    /// Chunked: the CRLF after chunk data is next.
+    ChunkEnd,
+    /// Chunked: a chunk-size line is next.
+    ChunkSize,
+    /// Until EOF.
+    Close,
+    /// The body is complete.
+    Done,
+}
+
+impl BodyDecoder {
+    /// A decoder for a body of kind `kind`.
+    pub fn new(kind: BodyKind) -> BodyDecoder {
+        let state = match kind {
+            BodyKind::None | BodyKind::Length(0) => DecodeState::Done,
+            BodyKind::Length(n) => DecodeState::Data {
+                left: n,
+                chunked: false,
+            },
+            BodyKind::Chunked => DecodeState::ChunkSize,
+            BodyKind::CloseDelimited => DecodeState::Close,
+        };
+        BodyDecoder { state, total: 0 }
+    }
+
+    /// True once the whole body has been yielded.
+    pub fn is_done(&self) -> bool {
+        self.state == DecodeState::Done
+    }
+
+    /// The next data piece, or `None` when the body is complete. Errors are
+    /// [`CopyError::Read`]: truncation, invalid framing, or a failed read.
+    pub async fn next<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        buf: &mut BytesMut,
+    ) -> Result<Option<Bytes>, CopyError> {
+        loop {
+            match self.state {
+                DecodeState::Done => return Ok(None),
+                DecodeState::Data { left, chunked } => {
+                    if buf.is_empty() && fill(r, buf).await.map_err(CopyError::Read)? == 0 {
+                        return Err(truncated());
+                    }
+                    let n = (buf.len() as u64).min(left) as usize;
+                    let piece = buf.split_to(n).freeze();
+                    let left = left - n as u64;
+                    self.state = match (left, chunked) {
+                        (0, true) => DecodeState::ChunkEnd,
+                        (0, false) => DecodeState::Done,
+                        (left, chunked) => DecodeState::Data { left, chunked },
+                    };
+                    self.total += n as u64;
+                    return Ok(Some(piece));
+                }
+                DecodeState::Close => {
+                    if buf.is_empty() && fill(r, buf).await.map_err(CopyError::Read)? == 0 {
+                        self.state = DecodeState::Done;
+                        return Ok(None);
+                    }
+                    let piece = buf.split().freeze();
+                    self.total += piece.len() as u64;
+                    return Ok(Some(piece));
+                }
+                DecodeState::ChunkEnd => {
+                    let crlf = read_line(r, buf, 2).await?;
+                    if !crlf.is_empty() {
+                        return Err(bad_framing("missing CRLF after chunk data"));
+                    }
+                    self.state = DecodeState::ChunkSize;
+                }
+                DecodeState::ChunkSize => {
+                    let line = read_line(r, buf, MAX_CHUNK_LINE).await?;
+                    let size_hex = line.split(|&b| b == b';').next().unwrap_or_default();
+                    let size_hex = std::str::from_utf8(size_hex)
+                        .map_err(|_| bad_framing("invalid chunk size"))?
+                        .trim();
+                    if size_hex.is_empty() || size_hex.len() > 15 {
+                        return Err(bad_framing("invalid chunk size"));
+                    }
+                    let size = u64::from_str_radix(size_hex, 16)
+                        .map_err(|_| bad_framing("invalid chunk size"))?;
+                    if size > 0 {
+                        self.state = DecodeState::Data {
+                            left: size,
+                            chunked: true,
+                        };
+                        continue;
+                    }
+                    // Trailer section: header lines until an empty line; dropped.
+                    let mut trailer_bytes = 0usize;
+                    loop {
+                        let l = read_line(r, buf, MAX_CHUNK_LINE).await?;
+                        if l.is_empty() {
+                            break;
+                        }
+                        trailer_bytes += l.len();
+                        if trailer_bytes > MAX_TRAILER_BYTES {
+                            return Err(bad_framing("trailer section too large"));
+                        }
+                    }
+                    self.state = DecodeState::Done;
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+/// Reads one line (without its CRLF or LF) of at most `max` bytes.
+async fn read_line<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut BytesMut,
+    max: usize,
+) -> Result<Vec<u8>, CopyError> {
+    loop {
+        if let Some(pos) = buf.iter().position(|&b| b == b'\n') {
+            let mut line = buf.split_to(pos + 1).to_vec();
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            return Ok(line);
+        }
+        if buf.len() > max {
+            return Err(bad_framing("line too long in chunked body"));
+        }
+        if fill(r, buf).await.map_err(CopyError::Read)? == 0 {
+            return Err(truncated());
+        }
+    }
+}
+
+/// How a body is written out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutFraming {
+    /// Bytes as they are (fixed length, or close-delimited).
+    Raw,
+    /// Chunked transfer coding; the last chunk is written at the end.
+    Chunked,
+}
+
+/// Copies a body of kind `kind` from `buf` + `r` to `w`, encoded as `out`, then flushes.
+/// Returns the number of body bytes. On error nothing more is written: in particular the last
+/// chunk of a chunked body is never written for a body that did not end properly.
+pub async fn copy_body<R, W>(
+    kind: BodyKind,
+    r: &mut R,
+    buf: &mut BytesMut,
+    w: &mut W,
+    out: OutFraming,
+) -> Result<u64, CopyError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut dec = BodyDecoder::new(kind);
+    while let Some(piece) = dec.next(r, buf).await? {
+        write_piece(w, out, piece).await?;
+    }
+    let total = dec.total;
+    if out == OutFraming::Chunked {
+        w.write_all(b"0\r\n\r\n").await.map_err(CopyError::Write)?;
+    }
+    w.flush().await.map_err(CopyError::Write)?;
+    Ok(total)
+}
+
+/// Writes one body piece with the given framing.
+pub async fn write_piece<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    out: OutFraming,
+    piece: Bytes,
+) -> Result<(), CopyError> {
+    if piece.is_empty() {
+        return Ok(());
+    }
+    if out == OutFraming::Chunked {
+        let size = format!("{:x}\r\n", piece.len());
+        w.write_all(size.as_bytes())
+            .await
+            .map_err(CopyError::Write)?;
+        w.write_all(&piece).await.map_err(CopyError::Write)?;
+        w.write_all(b"\r\n").await.map_err(CopyError::Write)
+    } else {
+        w.write_all(&piece).await.map_err(CopyError::Write)
+    }
+}
+
+/// Framing headers for a body of kind `kind` re-sent with `out` framing.
+pub fn framing_header(kind: BodyKind) -> Option<Header> {
+    match kind {
+        BodyKind::None | BodyKind::CloseDelimited => None,
+        BodyKind::Length(n) => Some(Header::new("Content-Length", n.to_string())),
+        BodyKind::Chunked => Some(Header::new("Transfer-Encoding", "chunked")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn parse_req(bytes: &[u8]) -> Result<Option<RequestHead>, HeadError> {
+        let mut r = bytes;
+        let mut buf = BytesMut::new();
+        read_request_head(&mut r, &mut buf, DEFAULT_MAX_HEADER_BYTES).await
+    }
+
+    #[tokio::test]
+    async fn parses_absolute_form_request() {
+        let head = parse_req(b"GET http://example.com/a?b HTTP/1.1\r\nHost: x\r\nConnection: close, X-Foo\r\nX-Foo: 1\r\nAccept: */*\r\n\r\n")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(head.method, "GET");
+        assert_eq!(head.target, "http://example.com/a?b");
+        assert_eq!(head.minor, 1);
+        let mut hs = head.headers.clone();
+        let tokens = strip_hop_by_hop(&mut hs);
+        assert_eq!(tokens, vec!["close", "x-foo"]);
+        assert_eq!(
+            hs.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(),
+            vec!["Host", "Accept"]
+        );
+    }
+
+    #[tokio::test]
+    async fn eof_and_truncation_and_garbage() {
+        assert!(parse_req(b"").await.unwrap().is_none());
+        assert!(matches!(
+            parse_req(b"GET / HTTP/1.1\r\nHost").await,
+            Err(HeadError::Truncated)
+        ));
+        assert!(matches!(
+            parse_req(b"\x16\x03\x01 garbage\r\n\r\n").await,
+            Err(HeadError::Malformed(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn oversized_head_is_too_large() {
+        let mut req = b"GET / HTTP/1.1\r\n".to_vec();
+        req.extend_from_slice(b"X-Big: ");
+        req.extend(std::iter::repeat_n(b'a', DEFAULT_MAX_HEADER_BYTES + 10));
+        req.extend_from_slice(b"\r\n\r\n");
+        assert!(matches!(parse_req(&req).await, Err(HeadError::TooLarge(_))));
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..(DEFAULT_MAX_HEADERS + 1) {
+            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert!(matches!(
+            parse_req(&many).await,
+            Err(HeadError::TooLarge(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn request_framing_rules() {
+        let h = |extra: &str| RequestHead {
+            method: "POST".into(),
+            target: "/".into(),
+            minor: 1,
+            headers: extra
+                .split('|')
+                .filter(|s| !s.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once(':').unwrap();
+                    Header::new(k, v.trim())
+                })
+                .collect(),
+        };
+        assert_eq!(request_body_kind(&h("")).unwrap(), BodyKind::None);
+        assert_eq!(
+            request_body_kind(&h("Content-Length: 5")).unwrap(),
+            BodyKind::Length(5)
+        );
+        assert_eq!(
+            request_body_kind(&h("Content-Length: 5, 5")).unwrap(),
+            BodyKind::Length(5)
+        );
+        assert!(request_body_kind(&h("Content-Length: 5|Content-Length: 6")).is_err());
+        assert!(request_body_kind(&h("Content-Length: -1")).is_err());
+        assert_eq!(
+            request_body_kind(&h("Transfer-Encoding: chunked")).unwrap(),
+            BodyKind::Chunked
+        );
+        assert!(request_body_kind(&h("Transfer-Encoding: chunked|Content-Length: 3")).is_err());
+        assert!(request_body_kind(&h("Transfer-Encoding: gzip, chunked")).is_err());
+    }
+
+    #[tokio::test]
+    async fn response_framing_rules() {
+        let head = |status: u16, hs: Vec<Header>| ResponseHead {
+            status,
+            reason: String::new(),
+            minor: 1,
+            headers: hs,
+        };
+        let cl = vec![Header::new("Content-Length", "10")];
+        assert_eq!(
+            response_body_kind("HEAD", &head(200, cl.clone())).unwrap(),
+            BodyKind::None
+        );
+        assert_eq!(
+            response_body_kind("GET", &head(304, cl.clone())).unwrap(),
+            BodyKind::None
+        );
+        assert_eq!(
+            response_body_kind("GET", &head(200, cl)).unwrap(),
+            BodyKind::Length(10)
+        );
+        assert_eq!(
+            response_body_kind("GET", &head(200, vec![])).unwrap(),
+            BodyKind::CloseDelimited
+        );
+    }
+
+    #[tokio::test]
+    async fn chunked_round_trip_and_rest_stays_buffered() {
+        let input = b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\nNEXT";
+        let mut r = &input[..];
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        let n = copy_body(
+            BodyKind::Chunked,
+            &mut r,
+            &mut buf,
+            &mut out,
+            OutFraming::Raw,
+        )
+        .await
+        .unwrap();
+        assert_eq!(n, 11);
+        assert_eq!(out, b"hello world");
+        assert_eq!(&buf[..], b"NEXT");
+
+        let mut r = &b"hello world"[..];
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        copy_body(
+            BodyKind::Length(11),
+            &mut r,
+            &mut buf,
+            &mut out,
+            OutFraming::Chunked,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, b"b\r\nhello world\r\n0\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn truncated_bodies_are_read_errors_without_last_chunk() {
+        let mut r = &b"5\r\nhel"[..];
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        let e = copy_body(
+            BodyKind::Chunked,
+            &mut r,
+            &mut buf,
+            &mut out,
+            OutFraming::Chunked,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, CopyError::Read(_)));
+        assert!(!out.ends_with(b"0\r\n\r\n"));
+        let mut r = &b"abc"[..];
+        let e = copy_body(
+            BodyKind::Length(4),
+            &mut r,
+            &mut BytesMut::new(),
+            &mut Vec::new(),
+            OutFraming::Raw,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, CopyError::Read(_)));
+        let mut r = &b"zz\r\n"[..];
+        assert!(copy_body(
+            BodyKind::Chunked,
+            &mut r,
+            &mut BytesMut::new(),
+            &mut Vec::new(),
+            OutFraming::Raw
+        )
+        .await
+        .is_err());
+    }
+
+    #[test]
+    fn encodes_heads() {
+        let head = RequestHead {
+            method: "GET".into(),
+            target: "/x".into(),
+            minor: 1,
+            headers: vec![Header::new("Host", "a:1")],
+        };
+        assert_eq!(
+            encode_request_head(&head),
+            b"GET /x HTTP/1.1\r\nHost: a:1\r\n\r\n"
+        );
+        let res = ResponseHead {
+            status: 404,
+            reason: "Not Found".into(),
+            minor: 1,
+            headers: vec![],
+        };
+        assert_eq!(
+            encode_response_head(&res),
+            b"HTTP/1.1 404 Not Found\r\n\r\n"
+        );
+    }
+}

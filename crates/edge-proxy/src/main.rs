@@ -1,0 +1,231 @@
+//! `edge-proxy`: the near-side longhaul binary. Run with no arguments for the local demo
+//! (127.0.0.1:3128 → remote 127.0.0.1:4443); see `--help` and the README for the rest.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use edge_proxy::client::ConnectReply;
+use edge_proxy::config::{
+    init_logging, load_toml, EdgeConfig, LogFormat, PolicyName, TransparentConfig,
+};
+use edge_proxy::pool_transport::pool_config;
+use edge_proxy::server::{self, Interception, Listeners};
+use ipnet::IpNet;
+use tokio::net::TcpListener;
+
+/// Near-side longhaul proxy: HTTP/1.1 forward proxy, CONNECT and transparent interception,
+/// carried over a pool of warm connections to a remote proxy.
+#[derive(Debug, Parser)]
+#[command(name = "edge-proxy", version)]
+struct Args {
+    /// TOML configuration file; the flags below override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Validate the configuration and exit (0 = valid, 1 = invalid).
+    #[arg(long)]
+    check_config: bool,
+    /// Explicit proxy listen address.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Remote proxy host:port.
+    #[arg(long)]
+    remote: Option<String>,
+    /// Number of pool connections.
+    #[arg(long)]
+    connections: Option<usize>,
+    /// Pool scheduling policy.
+    #[arg(long, value_enum)]
+    policy: Option<PolicyName>,
+    /// TCP congestion control of pool connections (bbr, cubic, reno).
+    #[arg(long)]
+    congestion: Option<String>,
+    /// How CONNECT is answered.
+    #[arg(long, value_enum)]
+    connect_reply: Option<ConnectReplyArg>,
+    /// Also listen here for iptables-REDIRECTed connections.
+    #[arg(long)]
+    transparent: Option<SocketAddr>,
+    /// Client network allowed to use the proxy (repeatable; replaces the configured list).
+    #[arg(long = "allow-client")]
+    allow_client: Vec<IpNet>,
+    /// Round-trip time of the long link in ms (sizes windows from the BDP).
+    #[arg(long)]
+    link_rtt_ms: Option<u32>,
+    /// Rate of the long link in Mbit/s.
+    #[arg(long)]
+    link_rate_mbit: Option<u32>,
+    /// Log format.
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ConnectReplyArg {
+    Optimistic,
+    AfterConnect,
+}
+
+fn load(args: &Args) -> anyhow::Result<EdgeConfig> {
+    let mut cfg: EdgeConfig = match &args.config {
+        Some(p) => load_toml(p)?,
+        None => EdgeConfig::default(),
+    };
+    if let Some(v) = args.listen {
+        cfg.listen = v;
+    }
+    if let Some(v) = &args.remote {
+        cfg.pool.remote = v.clone();
+    }
+    if let Some(v) = args.connections {
+        cfg.pool.connections = v;
+    }
+    if let Some(v) = args.policy {
+        cfg.pool.policy = v;
+    }
+    if let Some(v) = &args.congestion {
+        cfg.pool.congestion = v.clone();
+    }
+    if let Some(v) = args.connect_reply {
+        cfg.connect_reply = match v {
+            ConnectReplyArg::Optimistic => ConnectReply::Optimistic,
+            ConnectReplyArg::AfterConnect => ConnectReply::AfterConnect,
+        };
+    }
+    if let Some(v) = args.transparent {
+        match &mut cfg.transparent {
+            Some(t) => t.listen = v,
+            None => {
+                cfg.transparent = Some(TransparentConfig {
+                    listen: v,
+                    tproxy: false,
+                    http_ports: edge_proxy::config::DEFAULT_TRANSPARENT_HTTP_PORTS.to_vec(),
+                })
+            }
+        }
+    }
+    if !args.allow_client.is_empty() {
+        cfg.allowed_clients = args.allow_client.clone();
+    }
+    if let Some(v) = args.link_rtt_ms {
+        cfg.link.rtt_ms = v;
+    }
+    if let Some(v) = args.link_rate_mbit {
+        cfg.link.rate_mbit = v;
+    }
+    if let Some(v) = args.log_format {
+        cfg.log_format = v;
+    }
+    cfg.validate()
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    pool_config(&cfg)
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid pool configuration: {e}"))?;
+    Ok(cfg)
+}
+
+fn transparent_listener(t: &TransparentConfig) -> std::io::Result<TcpListener> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(t.listen),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    sock.set_reuse_address(true)?;
+    if t.tproxy {
+        sock.set_ip_transparent(true)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&t.listen.into())?;
+    sock.listen(1024)?;
+    TcpListener::from_std(sock.into())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = int.recv() => tracing::info!("SIGINT: draining"),
+    }
+}
+
+async fn run(cfg: EdgeConfig) -> anyhow::Result<()> {
+    let proxy = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+    let transparent = match &cfg.transparent {
+        Some(t) => Some(
+            transparent_listener(t)
+                .map_err(|e| anyhow::anyhow!("cannot listen on {} (transparent): {e}", t.listen))?,
+        ),
+        None => None,
+    };
+    let pool = pool::Pool::try_start(pool_config(&cfg))?;
+    tracing::info!(
+        listen = %cfg.listen,
+        transparent = ?cfg.transparent.as_ref().map(|t| t.listen),
+        remote = %cfg.pool.remote,
+        connections = cfg.pool.connections,
+        mode = ?cfg.mode(),
+        "edge-proxy starting"
+    );
+    if pool
+        .ready(Duration::from_millis(cfg.pool.ready_timeout_ms))
+        .await
+    {
+        tracing::info!("pool connected");
+    } else {
+        tracing::warn!(remote = %cfg.pool.remote, "no pool connection yet; requests get 502 until one is up");
+    }
+    let grace = Duration::from_millis(cfg.drain_grace_ms);
+    let interception = match &cfg.transparent {
+        Some(t) if t.tproxy => Interception::Tproxy,
+        _ => Interception::Redirect,
+    };
+    server::run(
+        pool.clone(),
+        cfg.settings(),
+        Listeners { proxy, transparent },
+        interception,
+        shutdown_signal(),
+        grace,
+    )
+    .await;
+    pool.close(Duration::from_secs(2)).await;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let cfg = match load(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("edge-proxy: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if args.check_config {
+        println!("edge-proxy: configuration OK (mode {:?})", cfg.mode());
+        return ExitCode::SUCCESS;
+    }
+    init_logging(cfg.log_format);
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("edge-proxy: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("edge-proxy: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

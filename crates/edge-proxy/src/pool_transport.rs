@@ -1,0 +1,114 @@
+//! The mux pool as the edge's [`Transport`], and the pool configuration derived from the
+//! edge's configuration.
+//!
+//! This is where wire error codes become [`FarCode`]s (and so, through [`crate::errors`],
+//! client-visible statuses). It does NOT implement the pool.
+
+use std::io;
+use std::time::Duration;
+
+use bytes::Bytes;
+use pool::{ErrorCode, Kind, MuxStream, Pool, PoolConfig, SocketOptions};
+
+use crate::config::{EdgeConfig, LinkConfig, PolicyName};
+use crate::transport::{FarCode, FarFailure, OpenError, StreamKind, Transport};
+
+impl Transport for Pool {
+    type Stream = MuxStream;
+
+    async fn open(
+        &self,
+        kind: StreamKind,
+        target: &str,
+        first: Bytes,
+    ) -> Result<MuxStream, OpenError> {
+        let kind = match kind {
+            StreamKind::Http => Kind::Http,
+            StreamKind::Tunnel => Kind::Tunnel,
+        };
+        Pool::open(self, kind, target, first)
+            .await
+            .map_err(|e| OpenError {
+                reason: e.to_string(),
+            })
+    }
+
+    fn failure(&self, err: &io::Error) -> Option<FarFailure> {
+        let e = pool::stream_error(err)?;
+        Some(FarFailure {
+            code: far_code(e.code),
+            retryable: e.retryable,
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// Wire code → far-side failure class.
+pub fn far_code(code: ErrorCode) -> FarCode {
+    match code {
+        ErrorCode::DNS_FAILED => FarCode::DnsFailed,
+        ErrorCode::CONNECT_FAILED => FarCode::ConnectFailed,
+        ErrorCode::TIMEOUT => FarCode::Timeout,
+        ErrorCode::FORBIDDEN => FarCode::Forbidden,
+        ErrorCode::CONNECTION_LOST => FarCode::ConnectionLost,
+        ErrorCode::REFUSED_STREAM => FarCode::Refused,
+        _ => FarCode::Other,
+    }
+}
+
+/// Protocol limits for the configured link (windows = bandwidth-delay product).
+pub fn mux_config(link: &LinkConfig) -> mux::Config {
+    mux::Config::for_link(
+        Duration::from_millis(u64::from(link.rtt_ms)),
+        u64::from(link.rate_mbit) * 1_000_000,
+    )
+}
+
+/// Scheduling policy.
+pub fn policy(p: PolicyName) -> mux::Policy {
+    match p {
+        PolicyName::LeastOutstanding => mux::Policy::LeastOutstanding,
+        PolicyName::RoundRobin => mux::Policy::RoundRobin,
+        PolicyName::FewestStreams => mux::Policy::FewestStreams,
+    }
+}
+
+/// Socket options with the configured congestion control.
+pub fn socket_options(congestion: &str) -> SocketOptions {
+    SocketOptions {
+        congestion: Some(congestion.to_string()),
+        ..SocketOptions::default()
+    }
+}
+
+/// The pool configuration of an edge.
+pub fn pool_config(cfg: &EdgeConfig) -> PoolConfig {
+    PoolConfig {
+        remote: cfg.pool.remote.clone(),
+        connections: cfg.pool.connections,
+        policy: policy(cfg.pool.policy),
+        socket: socket_options(&cfg.pool.congestion),
+        mux: mux_config(&cfg.link),
+        ..PoolConfig::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_to_classes() {
+        assert_eq!(far_code(ErrorCode::DNS_FAILED), FarCode::DnsFailed);
+        assert_eq!(far_code(ErrorCode::TIMEOUT), FarCode::Timeout);
+        assert_eq!(far_code(ErrorCode::FORBIDDEN), FarCode::Forbidden);
+        assert_eq!(far_code(ErrorCode::CANCEL), FarCode::Other);
+    }
+
+    #[test]
+    fn default_pool_config_is_valid() {
+        let c = pool_config(&EdgeConfig::default());
+        c.validate().unwrap();
+        assert_eq!(c.connections, 4);
+    }
+}

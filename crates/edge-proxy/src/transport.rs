@@ -1,0 +1,79 @@
+//! The stream transport the edge opens streams on, as a trait.
+//!
+//! The production implementation is the mux pool (see [`crate::pool_transport`]); tests use
+//! in-process pipes. The edge code only needs "open a stream of a kind to a target with some
+//! first bytes" and "tell me what a stream error meant on the far side".
+//!
+//! It does NOT decide anything about HTTP: that is [`crate::client`]'s job.
+
+use std::future::Future;
+use std::io;
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// What a stream carries (mirrors `mux::Kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamKind {
+    /// One HTTP/1.1 request (edge to remote) and exactly one response (remote to edge), then
+    /// FIN each way. A `CONNECT` request on such a stream turns it into a tunnel after a `200`.
+    Http,
+    /// Raw bytes both ways to `target`.
+    Tunnel,
+}
+
+/// Why the far side of a stream failed, as reported by the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FarCode {
+    /// The remote could not resolve the target's name.
+    DnsFailed,
+    /// The remote could not connect to the target (refused, unreachable).
+    ConnectFailed,
+    /// The target did not answer in time.
+    Timeout,
+    /// The remote refused the target by policy.
+    Forbidden,
+    /// The pool connection carrying the stream died.
+    ConnectionLost,
+    /// The remote refused the stream before processing it (draining, over a limit).
+    Refused,
+    /// The stream was cancelled or failed for another reason.
+    Other,
+}
+
+/// A far-side failure carried by an I/O error of a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FarFailure {
+    /// What failed.
+    pub code: FarCode,
+    /// True when the request was certainly not processed and no reply bytes were delivered,
+    /// so an idempotent request may be sent again.
+    pub retryable: bool,
+    /// Human-readable detail for the log.
+    pub reason: String,
+}
+
+/// Why a stream could not be opened.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{reason}")]
+pub struct OpenError {
+    /// Human-readable detail.
+    pub reason: String,
+}
+
+/// Something that opens streams to the remote proxy.
+pub trait Transport: Send + Sync + 'static {
+    /// The stream type; a duplex byte stream whose `poll_shutdown` sends FIN for our direction.
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    /// Opens a stream of `kind` to `target` (`host:port`), with `first` as its first bytes.
+    fn open(
+        &self,
+        kind: StreamKind,
+        target: &str,
+        first: Bytes,
+    ) -> impl Future<Output = Result<Self::Stream, OpenError>> + Send;
+
+    /// If `err` (from reading or writing a stream) reports a far-side failure, what it was.
+    fn failure(&self, err: &io::Error) -> Option<FarFailure>;
+}

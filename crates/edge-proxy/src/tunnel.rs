@@ -1,0 +1,318 @@
+//! Tunnels: CONNECT requests and intercepted non-HTTP connections, carried as raw bytes.
+//!
+//! CONNECT is answered either optimistically (`200` at once, the stream is a `Tunnel` whose far
+//! side connects while the client already sends its TLS hello) or after the far side connected
+//! (the CONNECT request itself travels on an `Http` stream and the remote answers with a status).
+//! A far-side failure closes the tunnel and is logged with its reason.
+//!
+//! It does NOT look inside tunnels: HTTPS stays end-to-end encrypted.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use crate::client::{self, ConnectReply, Ctx};
+use crate::errors::{log_access, Access, EdgeError};
+use crate::http1::{self, RequestHead};
+use crate::target::parse_authority;
+use crate::transport::{StreamKind, Transport};
+
+/// Buffer of each tunnel direction (bounds memory per tunnel; the stream's credit bounds the rest).
+pub const DEFAULT_TUNNEL_BUFFER: usize = 64 * 1024;
+
+const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
+
+/// Handles a CONNECT request whose earlier pipelined replies are written.
+pub(crate) async fn connect<T: Transport>(
+    ctx: &Ctx<T>,
+    head: RequestHead,
+    rd: OwnedReadHalf,
+    mut buf: BytesMut,
+    mut wr: OwnedWriteHalf,
+    peer: SocketAddr,
+    started: Instant,
+) {
+    let fail = |err: EdgeError| {
+        log_access(&Access {
+            client: peer,
+            method: "CONNECT",
+            target: &head.target,
+            status: err.status(),
+            bytes_up: 0,
+            bytes_down: 0,
+            duration: started.elapsed(),
+            outcome: err.tag(),
+            detail: &err.to_string(),
+        });
+        err.response()
+    };
+    let auth = match parse_authority(&head.target, None) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = client::write_all(&mut wr, &fail(EdgeError::BadRequest(e))).await;
+            return;
+        }
+    };
+    let ports = &ctx.settings.connect_ports;
+    if !ports.is_empty() && !ports.contains(&auth.port) {
+        let err =
+            EdgeError::ForbiddenTarget(format!("CONNECT to port {} is not allowed", auth.port));
+        let _ = client::write_all(&mut wr, &fail(err)).await;
+        return;
+    }
+    let target = auth.target();
+    match ctx.settings.connect_reply {
+        ConnectReply::Optimistic => {
+            let first = buf.split().freeze();
+            let stream = match ctx
+                .transport
+                .open(StreamKind::Tunnel, &target, first.clone())
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ =
+                        client::write_all(&mut wr, &fail(EdgeError::Unavailable(e.reason))).await;
+                    return;
+                }
+            };
+            if client::write_all(&mut wr, ESTABLISHED).await.is_err() {
+                return;
+            }
+            let (up, down, err) = pump(ctx, rd, wr, stream, Bytes::new(), first.len() as u64).await;
+            log_tunnel(peer, "CONNECT", &head.target, 200, up, down, started, err);
+        }
+        ConnectReply::AfterConnect => {
+            let req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+            let stream = match ctx
+                .transport
+                .open(StreamKind::Http, &target, Bytes::from(req))
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ =
+                        client::write_all(&mut wr, &fail(EdgeError::Unavailable(e.reason))).await;
+                    return;
+                }
+            };
+            let (mut srd, swr) = client::split(stream);
+            let mut sbuf = BytesMut::new();
+            let res =
+                http1::read_response_head(&mut srd, &mut sbuf, ctx.settings.max_header_bytes).await;
+            let res = match res {
+                Ok(r) => r,
+                Err(http1::HeadError::Io(e)) => {
+                    let err = match ctx.transport.failure(&e) {
+                        Some(f) => EdgeError::from_far(&f),
+                        None => EdgeError::BadReply(e.to_string()),
+                    };
+                    let _ = client::write_all(&mut wr, &fail(err)).await;
+                    return;
+                }
+                Err(e) => {
+                    let _ =
+                        client::write_all(&mut wr, &fail(EdgeError::BadReply(e.to_string()))).await;
+                    return;
+                }
+            };
+            if res.status != 200 {
+                // The remote's own error response (status, reason body): pass it on and close.
+                let mut headers = res.headers;
+                http1::strip_hop_by_hop(&mut headers);
+                headers.push(http1::Header::new("Connection", "close"));
+                let out = http1::ResponseHead {
+                    headers,
+                    minor: 1,
+                    ..res
+                };
+                let kind =
+                    http1::response_body_kind("CONNECT", &out).unwrap_or(http1::BodyKind::None);
+                let _ = wr.write_all(&http1::encode_response_head(&out)).await;
+                let _ =
+                    http1::copy_body(kind, &mut srd, &mut sbuf, &mut wr, http1::OutFraming::Raw)
+                        .await;
+                let _ = wr.shutdown().await;
+                log_access(&Access {
+                    client: peer,
+                    method: "CONNECT",
+                    target: &head.target,
+                    status: out.status,
+                    bytes_up: 0,
+                    bytes_down: 0,
+                    duration: started.elapsed(),
+                    outcome: "refused-by-far-side",
+                    detail: &out.reason,
+                });
+                return;
+            }
+            if client::write_all(&mut wr, ESTABLISHED).await.is_err() {
+                return;
+            }
+            let stream = srd.unsplit(swr);
+            let early = buf.split().freeze();
+            let (up, down, err) = pump_with_prefix(ctx, rd, wr, stream, sbuf.freeze(), early).await;
+            log_tunnel(peer, "CONNECT", &head.target, 200, up, down, started, err);
+        }
+    }
+}
+
+/// Tunnels an intercepted connection (not parsed as HTTP) to its original destination.
+pub(crate) async fn intercepted<T: Transport>(
+    ctx: &Ctx<T>,
+    sock: TcpStream,
+    peer: SocketAddr,
+    orig: SocketAddr,
+) {
+    let started = Instant::now();
+    let target = orig.to_string();
+    let (rd, wr) = sock.into_split();
+    let stream = match ctx
+        .transport
+        .open(StreamKind::Tunnel, &target, Bytes::new())
+        .await
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let err = EdgeError::Unavailable(e.reason);
+            log_tunnel(
+                peer,
+                "TUNNEL",
+                &target,
+                0,
+                0,
+                0,
+                started,
+                Some(err.to_string()),
+            );
+            abort(wr);
+            return;
+        }
+    };
+    let (up, down, err) = pump(ctx, rd, wr, stream, Bytes::new(), 0).await;
+    log_tunnel(peer, "TUNNEL", &target, 0, up, down, started, err);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn log_tunnel(
+    peer: SocketAddr,
+    method: &str,
+    target: &str,
+    status: u16,
+    up: u64,
+    down: u64,
+    started: Instant,
+    err: Option<String>,
+) {
+    let detail = err.clone().unwrap_or_default();
+    if let Some(e) = &err {
+        tracing::warn!(%peer, target, error = %e, "tunnel closed by a failure");
+    }
+    log_access(&Access {
+        client: peer,
+        method,
+        target,
+        status,
+        bytes_up: up,
+        bytes_down: down,
+        duration: started.elapsed(),
+        outcome: if err.is_some() { "tunnel-failed" } else { "ok" },
+        detail: &detail,
+    });
+}
+
+fn abort(wr: OwnedWriteHalf) {
+    let _ = socket2::SockRef::from(wr.as_ref()).set_linger(Some(std::time::Duration::ZERO));
+    drop(wr);
+}
+
+async fn pump<T: Transport>(
+    ctx: &Ctx<T>,
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+    stream: T::Stream,
+    to_client: Bytes,
+    already_up: u64,
+) -> (u64, u64, Option<String>) {
+    let (up, down, err) = pump_with_prefix(ctx, rd, wr, stream, to_client, Bytes::new()).await;
+    (up + already_up, down, err)
+}
+
+/// Copies both ways until both directions ended. `to_client` is written to the client first,
+/// `to_far` to the stream first. Returns bytes up, bytes down, and the failure if one happened
+/// (then the client connection is reset and the stream dropped, which resets it).
+async fn pump_with_prefix<T: Transport>(
+    ctx: &Ctx<T>,
+    rd: OwnedReadHalf,
+    mut wr: OwnedWriteHalf,
+    stream: T::Stream,
+    to_client: Bytes,
+    to_far: Bytes,
+) -> (u64, u64, Option<String>) {
+    let (srd, mut swr) = client::split(stream);
+    let upload = async {
+        swr.write_all(&to_far).await?;
+        let mut r = BufReader::with_capacity(DEFAULT_TUNNEL_BUFFER, rd);
+        let n = tokio::io::copy_buf(&mut r, &mut swr).await?;
+        swr.shutdown().await?;
+        Ok::<u64, std::io::Error>(n + to_far.len() as u64)
+    };
+    let download = async {
+        wr.write_all(&to_client).await?;
+        let mut r = BufReader::with_capacity(DEFAULT_TUNNEL_BUFFER, srd);
+        let n = tokio::io::copy_buf(&mut r, &mut wr).await?;
+        wr.shutdown().await?;
+        Ok::<u64, std::io::Error>(n + to_client.len() as u64)
+    };
+    let res = copy_both(upload, download).await;
+    let describe = |e: &std::io::Error| match ctx.transport.failure(e) {
+        Some(f) => format!("far side: {}", f.reason),
+        None => e.to_string(),
+    };
+    match res {
+        (Ok(up), Ok(down)) => (up, down, None),
+        (up, down) => {
+            let err = match (&up, &down) {
+                (Err(e), _) | (_, Err(e)) => describe(e),
+                _ => unreachable!("one side failed"),
+            };
+            abort(wr);
+            (up.unwrap_or(0), down.unwrap_or(0), Some(err))
+        }
+    }
+}
+
+/// Runs both directions; as soon as one fails, the other is abandoned.
+async fn copy_both<A, B>(a: A, b: B) -> (std::io::Result<u64>, std::io::Result<u64>)
+where
+    A: std::future::Future<Output = std::io::Result<u64>>,
+    B: std::future::Future<Output = std::io::Result<u64>>,
+{
+    tokio::pin!(a, b);
+    let mut ra = None;
+    let mut rb = None;
+    while ra.is_none() || rb.is_none() {
+        tokio::select! {
+            r = &mut a, if ra.is_none() => {
+                let failed = r.is_err();
+                ra = Some(r);
+                if failed { break; }
+            }
+            r = &mut b, if rb.is_none() => {
+                let failed = r.is_err();
+                rb = Some(r);
+                if failed { break; }
+            }
+        }
+    }
+    let gone = || {
+        Err(std::io::Error::other(
+            "abandoned after the other direction failed",
+        ))
+    };
+    (ra.unwrap_or_else(gone), rb.unwrap_or_else(gone))
+}

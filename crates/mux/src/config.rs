@@ -1,0 +1,166 @@
+//! Typed, validated limits of a session (PROTOCOL.md §4, §5).
+
+use std::time::Duration;
+
+use crate::frame::MAX_PAYLOAD_LEN;
+
+/// Round-trip time the defaults are sized for: Auckland–Los Angeles (`pacific` profile).
+pub const DEFAULT_RTT: Duration = Duration::from_millis(130);
+/// Link rate the defaults are sized for, bits per second.
+pub const DEFAULT_RATE_BPS: u64 = 100_000_000;
+/// Largest frame payload we accept and send, bytes. 16 KiB keeps one frame's
+/// serialization short (1.3 ms at 100 Mbit/s) so streams interleave finely; the
+/// header costs at most 12 bytes of it (0.07%).
+pub const DEFAULT_MAX_FRAME_SIZE: u32 = 16 * 1024;
+/// Smallest per-stream window [`Config::for_link`] picks, bytes.
+pub const MIN_STREAM_WINDOW: u32 = 64 * 1024;
+/// Largest per-stream window [`Config::for_link`] picks, bytes.
+pub const MAX_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
+/// Most concurrent streams we accept from the peer.
+pub const DEFAULT_MAX_STREAMS: u32 = 1024;
+/// Budget for bytes buffered for all streams in one direction (received but not
+/// yet read by the application, or written by it but not yet sent): the product
+/// of `max_streams` and the stream window must fit in it.
+pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 1024 * 1024 * 1024;
+/// How often an idle-or-busy connection is PINGed (keeps NAT state and the
+/// congestion window warm, measures RTT).
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a PING may stay unanswered before the connection is declared dead.
+pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a new connection may take to receive the peer's HELLO.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most control frames (PONG, WINDOW, RESET, GOAWAY) queued and not yet taken
+/// by the driver for one connection; a peer that makes us exceed it (for
+/// example by flooding PINGs without reading) is closed with ENHANCE_YOUR_CALM.
+pub const DEFAULT_MAX_CONTROL_BYTES: usize = 256 * 1024;
+
+/// Limits and timers of one session. Build with [`Config::for_link`] or
+/// [`Config::default`], adjust fields, then [`Config::validate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Largest frame payload we accept (advertised in HELLO) and send, bytes.
+    pub max_frame_size: u32,
+    /// Credit granted to each stream in the direction towards us, bytes.
+    pub stream_window: u32,
+    /// Most concurrent streams we accept.
+    pub max_streams: u32,
+    /// Budget in bytes for all streams' buffers in one direction; see
+    /// [`DEFAULT_MAX_BUFFERED_BYTES`].
+    pub max_buffered_bytes: u64,
+    /// PING period per connection.
+    pub ping_interval: Duration,
+    /// PONG deadline per PING.
+    pub ping_timeout: Duration,
+    /// HELLO deadline per new connection.
+    pub handshake_timeout: Duration,
+    /// Control-frame queue bound per connection, bytes.
+    pub max_control_bytes: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::for_link(DEFAULT_RTT, DEFAULT_RATE_BPS)
+    }
+}
+
+/// A [`Config`] that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid mux config: {0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Limits sized for a link of round-trip time `rtt` and rate `rate_bps`:
+    /// each stream's window is the bandwidth-delay product (so one stream alone
+    /// can fill the link), clamped to [`MIN_STREAM_WINDOW`]..=[`MAX_STREAM_WINDOW`];
+    /// `max_streams` is [`DEFAULT_MAX_STREAMS`] lowered if needed so that
+    /// `max_streams × window` fits in [`DEFAULT_MAX_BUFFERED_BYTES`].
+    pub fn for_link(rtt: Duration, rate_bps: u64) -> Config {
+        let bdp = (rtt.as_secs_f64() * rate_bps as f64 / 8.0) as u64;
+        let window = bdp.clamp(u64::from(MIN_STREAM_WINDOW), u64::from(MAX_STREAM_WINDOW));
+        let streams = (DEFAULT_MAX_BUFFERED_BYTES / window).min(u64::from(DEFAULT_MAX_STREAMS));
+        Config {
+            max_frame_size: DEFAULT_MAX_FRAME_SIZE,
+            stream_window: window as u32,
+            max_streams: streams.max(1) as u32,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
+            ping_interval: DEFAULT_PING_INTERVAL,
+            ping_timeout: DEFAULT_PING_TIMEOUT,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_control_bytes: DEFAULT_MAX_CONTROL_BYTES,
+        }
+    }
+
+    /// Checks the limits are coherent; the error says which one is not.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |s: String| Err(ConfigError(s));
+        if self.max_frame_size < 1024 || self.max_frame_size as usize > MAX_PAYLOAD_LEN {
+            return err(format!(
+                "max_frame_size {} must be within 1024..={MAX_PAYLOAD_LEN}",
+                self.max_frame_size
+            ));
+        }
+        if self.stream_window < self.max_frame_size || self.stream_window > i32::MAX as u32 {
+            return err(format!(
+                "stream_window {} must be at least max_frame_size ({}) and below 2^31",
+                self.stream_window, self.max_frame_size
+            ));
+        }
+        if self.max_streams == 0 {
+            return err("max_streams must be at least 1".into());
+        }
+        let need = u64::from(self.max_streams) * u64::from(self.stream_window);
+        if need > self.max_buffered_bytes {
+            return err(format!(
+                "max_streams ({}) x stream_window ({}) = {need} bytes exceeds max_buffered_bytes ({})",
+                self.max_streams, self.stream_window, self.max_buffered_bytes
+            ));
+        }
+        if self.ping_interval.is_zero() || self.ping_timeout.is_zero() {
+            return err("ping_interval and ping_timeout must be positive".into());
+        }
+        if self.max_control_bytes < 4096 {
+            return err("max_control_bytes must be at least 4096".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_sized_from_the_bdp_and_valid() {
+        let c = Config::default();
+        // 130 ms x 100 Mbit/s = 1.625 MB.
+        assert_eq!(c.stream_window, 1_625_000);
+        assert_eq!(c.max_streams, 660);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn windows_are_clamped() {
+        assert_eq!(
+            Config::for_link(Duration::from_millis(1), 1_000_000).stream_window,
+            MIN_STREAM_WINDOW
+        );
+        let big = Config::for_link(Duration::from_millis(600), 10_000_000_000);
+        assert_eq!(big.stream_window, MAX_STREAM_WINDOW);
+        big.validate().unwrap();
+    }
+
+    #[test]
+    fn incoherent_limits_are_rejected_with_a_reason() {
+        let c = Config {
+            max_streams: 100_000,
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert!(e.to_string().contains("max_buffered_bytes"), "{e}");
+        let c = Config {
+            max_frame_size: 100_000,
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,1324 @@
+//! The pool-wide sans-IO session (PROTOCOL.md §4, §5): owns every stream and
+//! the N connection lanes that carry them.
+//!
+//! Inputs: [`Session::add_connection`], [`Session::handle_input`],
+//! [`Session::connection_lost`], [`Session::set_kernel_outstanding`],
+//! [`Session::handle_timeout`] and the stream operations. Outputs:
+//! [`Session::poll_transmit`], [`Session::poll_event`],
+//! [`Session::poll_ready_conn`] and [`Session::poll_timeout`]. No I/O, no clock:
+//! callers pass `now`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use crate::config::Config;
+use crate::error::{ConnError, ErrorCode};
+use crate::frame::{
+    header_len, Data, Frame, GoAway, Hello, Kind, Open, Ping, Reset, Role, Window, MAX_PAYLOAD_LEN,
+    VERSION,
+};
+use crate::policy::{Load, Policy};
+use crate::stream::Stream;
+
+/// Identifies one connection lane of a session (assigned by [`Session::add_connection`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "conn#{}", self.0)
+    }
+}
+
+/// Lifecycle of a connection lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    /// Our HELLO is queued or sent; the peer's has not arrived.
+    Handshake,
+    /// Both HELLOs exchanged: streams may be bound here.
+    Up,
+    /// A GOAWAY with an error is queued or was received: nothing new is bound
+    /// here; the driver closes the transport once [`Session::wants_close`].
+    Closing,
+}
+
+/// Something the driver or application must react to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The peer's HELLO arrived on this connection.
+    ConnectionUp(ConnId),
+    /// The connection is being closed (by us with `code`, or by the peer's GOAWAY);
+    /// its streams were reset. The driver flushes and closes it.
+    ConnectionClosing {
+        /// Which lane.
+        conn: ConnId,
+        /// Wire code sent or received.
+        code: ErrorCode,
+        /// Human-readable cause, naming the side that misbehaved.
+        reason: String,
+    },
+    /// The peer opened a stream (remote side).
+    Incoming {
+        /// Pool-wide stream id.
+        id: u64,
+        /// What it carries.
+        kind: Kind,
+        /// "host:port".
+        target: String,
+    },
+    /// Bytes or the FIN can be read from the stream.
+    Readable(u64),
+    /// The stream got credit: more bytes can be written.
+    Writable(u64),
+    /// The stream was reset (by the peer, or locally by a connection loss or an error).
+    Reset {
+        /// Stream id.
+        id: u64,
+        /// Why.
+        code: ErrorCode,
+        /// The request may be sent again (nothing of the reply arrived, or the
+        /// peer refused the stream unprocessed).
+        retryable: bool,
+    },
+    /// The peer is draining: no new streams (edge side stops opening).
+    GoAway {
+        /// Lane it arrived on.
+        conn: ConnId,
+        /// Highest stream id the peer accepted.
+        last_stream: u64,
+    },
+}
+
+/// Outcome of [`Session::read`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// This many bytes were copied.
+    Data(usize),
+    /// The peer's direction ended; nothing more will arrive.
+    Fin,
+    /// Nothing to read now; wait for [`Event::Readable`].
+    Blocked,
+}
+
+/// Why a stream operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// No such stream (never opened, or already released).
+    #[error("no stream {0}")]
+    Unknown(u64),
+    /// The stream was reset.
+    #[error("stream reset: {code}")]
+    Reset {
+        /// Why.
+        code: ErrorCode,
+        /// Safe to retry the request.
+        retryable: bool,
+    },
+    /// Our direction was already finished.
+    #[error("write after FIN")]
+    Finished,
+}
+
+/// Why [`Session::open`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// No connection has completed its HELLO.
+    #[error("no pool connection is up")]
+    Unavailable,
+    /// We or the peer are draining (GOAWAY).
+    #[error("the session is draining")]
+    Draining,
+    /// A limit would be exceeded (which one is named).
+    #[error("limit reached: {0}")]
+    Limit(&'static str),
+    /// The arguments are unusable (reason named).
+    #[error("invalid open: {0}")]
+    Invalid(&'static str),
+}
+
+/// A snapshot of one lane for stats and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnSnapshot {
+    /// Lane id.
+    pub id: ConnId,
+    /// Lifecycle state.
+    pub state: ConnState,
+    /// Bytes queued in the process for this lane (control frames + streams' sendable bytes).
+    pub queued: u64,
+    /// Kernel send queue as last reported by the driver.
+    pub kernel: u64,
+    /// Streams with a direction bound here.
+    pub streams: u32,
+    /// Last PING round-trip time.
+    pub rtt: Option<Duration>,
+}
+
+/// A snapshot of one stream for stats and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSnapshot {
+    /// Lane our direction is bound to.
+    pub send_conn: Option<ConnId>,
+    /// Lane the peer's direction arrives on.
+    pub recv_conn: Option<ConnId>,
+    /// Bytes written by the application and not yet framed.
+    pub send_buffered: u64,
+    /// Bytes received and not yet read.
+    pub recv_buffered: u64,
+    /// Bytes of our direction framed so far.
+    pub bytes_sent: u64,
+    /// Bytes of the peer's direction received so far.
+    pub bytes_received: u64,
+    /// Reset code, if reset.
+    pub reset: Option<ErrorCode>,
+}
+
+#[derive(Debug)]
+struct Conn {
+    state: ConnState,
+    /// Received bytes not yet forming a whole frame; at most one maximum frame
+    /// plus header (longer announced frames are rejected from the header).
+    inbuf: BytesMut,
+    /// Encoded control frames waiting for the driver; bounded by
+    /// `Config::max_control_bytes`.
+    ctrl: BytesMut,
+    /// Streams bound here that have a frame to emit, served round-robin.
+    sendq: VecDeque<u64>,
+    /// Sum of `Stream::accounted` of the streams bound here.
+    queued_streams: u64,
+    /// Kernel send queue (unsent + unacknowledged) reported by the driver.
+    kernel: u64,
+    /// Streams with at least one direction bound here.
+    streams: u32,
+    /// Largest frame payload the peer accepts (from its HELLO).
+    peer_max_frame: usize,
+    /// Highest OPEN id received on this lane (OPEN ids increase per lane, §5.2).
+    last_open: u64,
+    /// HELLO deadline.
+    handshake_deadline: Instant,
+    /// Outstanding PING payload and when it was sent.
+    ping: Option<(u64, Instant)>,
+    /// When the next PING is due.
+    next_ping: Instant,
+    /// Last measured PING round trip.
+    rtt: Option<Duration>,
+    /// Listed in `Session::ready` and not yet taken by the driver.
+    announced: bool,
+}
+
+impl Conn {
+    fn outstanding(&self) -> u64 {
+        self.ctrl.len() as u64 + self.queued_streams + self.kernel
+    }
+}
+
+/// The state machine of one pool session: all streams, all lanes.
+#[derive(Debug)]
+pub struct Session {
+    role: Role,
+    session_id: u64,
+    cfg: Config,
+    policy: Policy,
+    /// The peer's latest HELLO (its limits); `None` until one arrives.
+    peer: Option<Hello>,
+    conns: BTreeMap<ConnId, Conn>,
+    next_conn: u64,
+    streams: HashMap<u64, Stream>,
+    /// Next id `open` allocates (edge); ids start at 1 and never repeat.
+    next_stream: u64,
+    events: VecDeque<Event>,
+    /// Lanes that got transmit work since the driver last looked.
+    ready: VecDeque<ConnId>,
+    rr_cursor: usize,
+    /// We sent a drain GOAWAY accepting streams up to this id.
+    local_goaway: Option<u64>,
+    /// The peer sent a drain GOAWAY accepting streams up to this id.
+    peer_goaway: Option<u64>,
+    /// Highest OPEN id accepted (remote side).
+    highest_accepted: u64,
+    ping_seq: u64,
+    /// Scratch space for scheduling decisions.
+    scratch: Vec<(ConnId, Load)>,
+    scratch_loads: Vec<Load>,
+}
+
+impl Session {
+    /// A session for `role`. The edge picks `session_id` (random per pool);
+    /// the remote uses the id from the edge's HELLO (see [`Hello::peek`]).
+    /// `cfg` should have passed [`Config::validate`].
+    pub fn new(role: Role, session_id: u64, cfg: Config, policy: Policy) -> Session {
+        Session {
+            role,
+            session_id,
+            cfg,
+            policy,
+            peer: None,
+            conns: BTreeMap::new(),
+            next_conn: 0,
+            streams: HashMap::new(),
+            next_stream: 1,
+            events: VecDeque::new(),
+            ready: VecDeque::new(),
+            rr_cursor: 0,
+            local_goaway: None,
+            peer_goaway: None,
+            highest_accepted: 0,
+            ping_seq: 0,
+            scratch: Vec::new(),
+            scratch_loads: Vec::new(),
+        }
+    }
+
+    /// This session's id.
+    pub fn session_id(&self) -> u64 {
+        self.session_id
+    }
+
+    /// Our role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    // ----- connection inputs -------------------------------------------------
+
+    /// Adds a connection lane whose transport just connected; our HELLO is
+    /// queued on it (PROTOCOL.md §3.1).
+    pub fn add_connection(&mut self, now: Instant) -> ConnId {
+        let id = ConnId(self.next_conn);
+        self.next_conn += 1;
+        let mut ctrl = BytesMut::new();
+        Hello {
+            version: VERSION,
+            role: self.role,
+            session: self.session_id,
+            max_frame_size: self.cfg.max_frame_size,
+            initial_window: self.cfg.stream_window,
+            max_streams: self.cfg.max_streams,
+        }
+        .encode(&mut ctrl);
+        self.conns.insert(
+            id,
+            Conn {
+                state: ConnState::Handshake,
+                inbuf: BytesMut::new(),
+                ctrl,
+                sendq: VecDeque::new(),
+                queued_streams: 0,
+                kernel: 0,
+                streams: 0,
+                peer_max_frame: 1024,
+                last_open: 0,
+                handshake_deadline: now + self.cfg.handshake_timeout,
+                ping: None,
+                next_ping: now,
+                rtt: None,
+                announced: false,
+            },
+        );
+        self.announce(id);
+        id
+    }
+
+    /// Feeds bytes received on `conn`. Frames are processed in order; a
+    /// malformed frame closes this lane only (PROTOCOL.md §6.1).
+    pub fn handle_input(&mut self, conn: ConnId, data: &[u8], now: Instant) {
+        let max = self.cfg.max_frame_size as usize;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.state == ConnState::Closing {
+            return;
+        }
+        c.inbuf.extend_from_slice(data);
+        loop {
+            let Some(c) = self.conns.get_mut(&conn) else {
+                return;
+            };
+            if c.state == ConnState::Closing {
+                c.inbuf.clear();
+                return;
+            }
+            match Frame::decode(&mut c.inbuf, max) {
+                Ok(None) => return,
+                Ok(Some(f)) => {
+                    if let Err(e) = self.handle_frame(conn, f, now) {
+                        self.close_conn(conn, e);
+                        return;
+                    }
+                }
+                Err(e) => {
+                    self.close_conn(conn, e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The transport of `conn` is gone. Every stream with a direction bound to
+    /// it is reset with CONNECTION_LOST (retryable when no reply byte arrived),
+    /// and the peer is told on the remaining lanes (PROTOCOL.md §5.4).
+    pub fn connection_lost(&mut self, conn: ConnId, _now: Instant) {
+        if !self.conns.contains_key(&conn) {
+            return;
+        }
+        self.fail_streams_on(conn);
+        self.conns.remove(&conn);
+        self.ready.retain(|c| *c != conn);
+    }
+
+    /// Reports the kernel send queue of `conn` (unsent + unacknowledged bytes,
+    /// `SIOCOUTQ` for TCP), the kernel half of the least-outstanding policy.
+    pub fn set_kernel_outstanding(&mut self, conn: ConnId, bytes: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.kernel = bytes;
+        }
+    }
+
+    /// Runs timers due at `now`: HELLO deadlines, PINGs and PONG deadlines.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        for id in ids {
+            let Some(c) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            match c.state {
+                ConnState::Handshake if now >= c.handshake_deadline => {
+                    self.close_conn(id, ConnError::Timeout("no HELLO from peer"));
+                }
+                ConnState::Up => match c.ping {
+                    Some((_, sent)) if now >= sent + self.cfg.ping_timeout => {
+                        self.close_conn(id, ConnError::Timeout("no PONG from peer"));
+                    }
+                    None if now >= c.next_ping => {
+                        self.ping_seq += 1;
+                        let payload = self.ping_seq;
+                        c.ping = Some((payload, now));
+                        c.next_ping = now + self.cfg.ping_interval;
+                        Ping {
+                            ack: false,
+                            payload,
+                        }
+                        .encode(&mut c.ctrl);
+                        self.announce(id);
+                    }
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+    }
+
+    /// The earliest instant [`Session::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.conns
+            .values()
+            .filter_map(|c| match c.state {
+                ConnState::Handshake => Some(c.handshake_deadline),
+                ConnState::Up => Some(match c.ping {
+                    Some((_, sent)) => sent + self.cfg.ping_timeout,
+                    None => c.next_ping,
+                }),
+                ConnState::Closing => None,
+            })
+            .min()
+    }
+
+    // ----- outputs -----------------------------------------------------------
+
+    /// Appends frames for `conn` to `out`: control frames first, then stream
+    /// frames round-robin over the streams bound here, stopping once about
+    /// `max` bytes were added (one frame may overshoot by less than a frame).
+    /// Returns the number of bytes appended (0: nothing to send).
+    pub fn poll_transmit(&mut self, conn: ConnId, max: usize, out: &mut Vec<u8>) -> usize {
+        let start = out.len();
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return 0;
+        };
+        out.extend_from_slice(&c.ctrl);
+        c.ctrl.clear();
+        if c.state == ConnState::Closing {
+            c.sendq.clear();
+            return out.len() - start;
+        }
+        let max_frame = c.peer_max_frame.min(self.cfg.max_frame_size as usize);
+        while out.len() - start < max {
+            let Some(c) = self.conns.get_mut(&conn) else {
+                break;
+            };
+            let Some(id) = c.sendq.pop_front() else {
+                break;
+            };
+            let more = self.emit_one(id, max_frame, out);
+            if let Some(s) = self.streams.get_mut(&id) {
+                s.in_sendq = more;
+                if more {
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        c.sendq.push_back(id);
+                    }
+                }
+            }
+            self.account(id);
+            self.gc(id);
+        }
+        out.len() - start
+    }
+
+    /// Whether `conn` has anything to send.
+    pub fn has_transmit(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| {
+            !c.ctrl.is_empty() || (c.state != ConnState::Closing && !c.sendq.is_empty())
+        })
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// A lane that got transmit work since the last call (each listed once
+    /// until taken); the driver then calls [`Session::poll_transmit`] on it.
+    pub fn poll_ready_conn(&mut self) -> Option<ConnId> {
+        let id = self.ready.pop_front()?;
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.announced = false;
+        }
+        Some(id)
+    }
+
+    /// The lane is closing and its last frames (the GOAWAY) were taken: the
+    /// driver closes the transport and calls [`Session::connection_lost`].
+    pub fn wants_close(&self, conn: ConnId) -> bool {
+        self.conns
+            .get(&conn)
+            .is_some_and(|c| c.state == ConnState::Closing && c.ctrl.is_empty())
+    }
+
+    // ----- session-wide ------------------------------------------------------
+
+    /// Starts a graceful drain (PROTOCOL.md §5.3): GOAWAY(NO_ERROR) on every
+    /// lane with the highest stream id accepted; no new streams are opened or
+    /// accepted after it.
+    pub fn go_away(&mut self, reason: &str) {
+        if self.local_goaway.is_some() {
+            return;
+        }
+        let last = self.highest_accepted;
+        self.local_goaway = Some(last);
+        let ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        for id in ids {
+            if let Some(c) = self.conns.get_mut(&id) {
+                if c.state == ConnState::Closing {
+                    continue;
+                }
+                GoAway {
+                    last_stream: last,
+                    code: ErrorCode::NO_ERROR,
+                    reason: reason.to_owned(),
+                }
+                .encode(&mut c.ctrl);
+                self.announce(id);
+            }
+        }
+    }
+
+    /// Whether we or the peer started a drain.
+    pub fn is_draining(&self) -> bool {
+        self.local_goaway.is_some() || self.peer_goaway.is_some()
+    }
+
+    /// Closes one lane with `code` (GOAWAY then close), resetting its streams.
+    pub fn close_connection(&mut self, conn: ConnId, code: ErrorCode, reason: &'static str) {
+        let e = match code {
+            ErrorCode::TIMEOUT => ConnError::Timeout(reason),
+            ErrorCode::ENHANCE_YOUR_CALM => ConnError::Calm(reason),
+            _ => ConnError::Protocol(reason),
+        };
+        self.close_conn(conn, e);
+    }
+
+    /// Number of streams not yet released and finished.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Lanes, in id order.
+    pub fn connections(&self) -> Vec<ConnSnapshot> {
+        self.conns
+            .iter()
+            .map(|(id, c)| ConnSnapshot {
+                id: *id,
+                state: c.state,
+                queued: c.ctrl.len() as u64 + c.queued_streams,
+                kernel: c.kernel,
+                streams: c.streams,
+                rtt: c.rtt,
+            })
+            .collect()
+    }
+
+    /// One lane.
+    pub fn connection(&self, conn: ConnId) -> Option<ConnSnapshot> {
+        self.connections().into_iter().find(|c| c.id == conn)
+    }
+
+    /// Number of lanes that completed HELLO and are not closing.
+    pub fn up_connections(&self) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.state == ConnState::Up)
+            .count()
+    }
+
+    // ----- stream operations -------------------------------------------------
+
+    /// Opens a stream (edge side) with no round trip: the OPEN carries `kind`,
+    /// `target` and `first` bytes; `fin` ends our direction with them. The
+    /// direction is bound now, by the policy (PROTOCOL.md §3.2, §5.1).
+    pub fn open(
+        &mut self,
+        kind: Kind,
+        target: &str,
+        first: &[u8],
+        fin: bool,
+    ) -> Result<u64, OpenError> {
+        if self.role != Role::Edge {
+            return Err(OpenError::Invalid("only the edge opens streams"));
+        }
+        if self.is_draining() {
+            return Err(OpenError::Draining);
+        }
+        if target.len() > crate::frame::MAX_TARGET_LEN {
+            return Err(OpenError::Invalid("target longer than 261 bytes"));
+        }
+        let Some(peer) = self.peer else {
+            return Err(OpenError::Unavailable);
+        };
+        if self.streams.len() >= peer.max_streams as usize {
+            return Err(OpenError::Limit("peer's max_streams"));
+        }
+        if first.len() as u64 > u64::from(peer.initial_window) {
+            return Err(OpenError::Limit(
+                "first bytes exceed the peer's stream window",
+            ));
+        }
+        if self.next_stream > crate::varint::MAX {
+            return Err(OpenError::Limit("stream ids exhausted"));
+        }
+        let Some(conn) = self.choose_conn(None) else {
+            return Err(OpenError::Unavailable);
+        };
+        let id = self.next_stream;
+        self.next_stream += 1;
+        let mut s = Stream::new(
+            kind,
+            u64::from(peer.initial_window),
+            u64::from(self.cfg.stream_window),
+        );
+        s.open_target = Some(target.to_owned());
+        if !first.is_empty() {
+            s.send_buf.push_back(Bytes::copy_from_slice(first));
+            s.send_buf_len = first.len() as u64;
+        }
+        s.fin_queued = fin;
+        s.send_conn = Some(conn);
+        self.streams.insert(id, s);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.streams += 1;
+        }
+        self.account(id);
+        Ok(id)
+    }
+
+    /// Writes up to `data.len()` bytes, as many as the stream's credit allows;
+    /// `Ok(0)` means no credit now (wait for [`Event::Writable`]). The first
+    /// write binds our direction to a lane.
+    pub fn send(&mut self, id: u64, data: &[u8]) -> Result<usize, StreamError> {
+        let s = self.stream_ok(id)?;
+        if s.fin_queued {
+            return Err(StreamError::Finished);
+        }
+        let n = (s.send_capacity() as usize).min(data.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        self.bind_send(id)?;
+        let s = self.streams.get_mut(&id).ok_or(StreamError::Unknown(id))?;
+        s.send_buf.push_back(Bytes::copy_from_slice(&data[..n]));
+        s.send_buf_len += n as u64;
+        self.account(id);
+        Ok(n)
+    }
+
+    /// Bytes [`Session::send`] would accept now.
+    pub fn send_capacity(&self, id: u64) -> usize {
+        self.streams
+            .get(&id)
+            .map_or(0, |s| s.send_capacity() as usize)
+    }
+
+    /// Ends our direction after the bytes already written (FIN, §3.3).
+    pub fn finish(&mut self, id: u64) -> Result<(), StreamError> {
+        let s = self.stream_ok(id)?;
+        if s.fin_queued {
+            return Ok(());
+        }
+        self.bind_send(id)?;
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.fin_queued = true;
+        }
+        self.account(id);
+        Ok(())
+    }
+
+    /// Reads received bytes; returns credit to the peer as they are consumed.
+    pub fn read(&mut self, id: u64, buf: &mut [u8]) -> Result<Read, StreamError> {
+        let s = self.streams.get_mut(&id).ok_or(StreamError::Unknown(id))?;
+        if s.recv_buf_len == 0 {
+            if s.fin_received {
+                return Ok(Read::Fin);
+            }
+            if let Some((code, retryable)) = s.reset {
+                return Err(StreamError::Reset { code, retryable });
+            }
+            return Ok(Read::Blocked);
+        }
+        let n = s.take_recv(buf);
+        s.recv_unacked += n as u64;
+        // Return credit once a quarter of the window was consumed (§4.2), so
+        // the peer never waits a round trip with an empty window.
+        let threshold = u64::from(self.cfg.stream_window / 4).max(1);
+        if s.recv_unacked >= threshold && !s.fin_received && s.reset.is_none() {
+            let inc = s.recv_unacked;
+            s.recv_unacked = 0;
+            s.recv_left += inc;
+            let prefer = s.recv_conn;
+            self.queue_window(id, inc, prefer);
+        }
+        Ok(Read::Data(n))
+    }
+
+    /// Resets the stream with `code` (RESET to the peer, both directions end).
+    pub fn reset(&mut self, id: u64, code: ErrorCode) {
+        if self.streams.get(&id).is_some_and(|s| s.reset.is_none()) {
+            self.reset_local(id, code, false, true);
+        }
+    }
+
+    /// The application dropped its handle. If both directions did not end
+    /// cleanly the stream is reset with CANCEL; it is forgotten once nothing
+    /// remains to send.
+    pub fn release(&mut self, id: u64) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        s.released = true;
+        if s.reset.is_none() && !s.cleanly_done() {
+            self.reset_local(id, ErrorCode::CANCEL, false, true);
+        }
+        self.gc(id);
+    }
+
+    /// Bytes of the peer's direction delivered so far.
+    pub fn bytes_received(&self, id: u64) -> u64 {
+        self.streams.get(&id).map_or(0, |s| s.bytes_received)
+    }
+
+    /// A snapshot of a stream.
+    pub fn stream(&self, id: u64) -> Option<StreamSnapshot> {
+        self.streams.get(&id).map(|s| StreamSnapshot {
+            send_conn: s.send_conn,
+            recv_conn: s.recv_conn,
+            send_buffered: s.send_buf_len,
+            recv_buffered: s.recv_buf_len,
+            bytes_sent: s.bytes_sent,
+            bytes_received: s.bytes_received,
+            reset: s.reset.map(|r| r.0),
+        })
+    }
+
+    // ----- internals ---------------------------------------------------------
+
+    fn stream_ok(&self, id: u64) -> Result<&Stream, StreamError> {
+        let s = self.streams.get(&id).ok_or(StreamError::Unknown(id))?;
+        if let Some((code, retryable)) = s.reset {
+            return Err(StreamError::Reset { code, retryable });
+        }
+        Ok(s)
+    }
+
+    fn announce(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if !c.announced {
+                c.announced = true;
+                self.ready.push_back(conn);
+            }
+        }
+    }
+
+    /// Picks an Up lane by the policy, skipping `exclude` (PROTOCOL.md §5.1).
+    fn choose_conn(&mut self, exclude: Option<ConnId>) -> Option<ConnId> {
+        self.scratch.clear();
+        self.scratch_loads.clear();
+        for (id, c) in &self.conns {
+            if c.state == ConnState::Up && Some(*id) != exclude {
+                let l = Load {
+                    outstanding: c.outstanding(),
+                    streams: c.streams,
+                };
+                self.scratch.push((*id, l));
+                self.scratch_loads.push(l);
+            }
+        }
+        let i = self
+            .policy
+            .choose(&self.scratch_loads, &mut self.rr_cursor)?;
+        Some(self.scratch[i].0)
+    }
+
+    /// Least-outstanding Up lane for a control frame, preferring `prefer`.
+    fn control_conn(&self, prefer: Option<ConnId>, exclude: Option<ConnId>) -> Option<ConnId> {
+        if let Some(p) = prefer {
+            if Some(p) != exclude && self.conns.get(&p).is_some_and(|c| c.state == ConnState::Up) {
+                return Some(p);
+            }
+        }
+        self.conns
+            .iter()
+            .filter(|(id, c)| c.state == ConnState::Up && Some(**id) != exclude)
+            .min_by_key(|(id, c)| (c.outstanding(), **id))
+            .map(|(id, _)| *id)
+    }
+
+    fn bind_send(&mut self, id: u64) -> Result<(), StreamError> {
+        let s = self.streams.get(&id).ok_or(StreamError::Unknown(id))?;
+        if s.send_conn.is_some() {
+            return Ok(());
+        }
+        let recv_conn = s.recv_conn;
+        let Some(conn) = self.choose_conn(None) else {
+            self.reset_local(id, ErrorCode::CONNECTION_LOST, false, false);
+            return Err(StreamError::Reset {
+                code: ErrorCode::CONNECTION_LOST,
+                retryable: false,
+            });
+        };
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.send_conn = Some(conn);
+        }
+        if recv_conn != Some(conn) {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.streams += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-counts a stream's sendable bytes into its lane and (re)queues it.
+    fn account(&mut self, id: u64) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let new = s.sendable();
+        let old = s.accounted;
+        s.accounted = new;
+        let Some(conn) = s.send_conn else {
+            return;
+        };
+        let enqueue = s.has_send_work() && !s.in_sendq;
+        if enqueue {
+            s.in_sendq = true;
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.queued_streams = (c.queued_streams + new).saturating_sub(old);
+            if enqueue {
+                c.sendq.push_back(id);
+            }
+        }
+        if enqueue {
+            self.announce(conn);
+        }
+    }
+
+    /// Frames one OPEN or DATA of stream `id`; returns whether more is to send.
+    fn emit_one(&mut self, id: u64, max_frame: usize, out: &mut Vec<u8>) -> bool {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return false;
+        };
+        if !s.has_send_work() {
+            return false;
+        }
+        let sendable = s.sendable() as usize;
+        if let Some(target) = s.open_target.take() {
+            // PROTOCOL.md §3.2: OPEN carries the first bytes.
+            let room = max_frame.saturating_sub(Open::prefix_len(&target));
+            let n = sendable.min(room);
+            let data = s.take_send(n);
+            let fin = s.fin_queued && s.send_buf_len == 0;
+            Open::encode_parts(out, id, s.kind, &target, &data, fin);
+            s.send_credit -= n as u64;
+            s.bytes_sent += n as u64;
+            s.fin_sent = fin;
+        } else {
+            let n = sendable.min(max_frame);
+            let data = s.take_send(n);
+            let fin = s.fin_queued && s.send_buf_len == 0;
+            Data::encode_parts(out, id, &data, fin);
+            s.send_credit -= n as u64;
+            s.bytes_sent += n as u64;
+            s.fin_sent = fin;
+        }
+        s.has_send_work()
+    }
+
+    fn queue_ctrl(&mut self, conn: ConnId, f: &Frame) {
+        let limit = self.cfg.max_control_bytes;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.state == ConnState::Closing {
+            return;
+        }
+        f.encode(&mut c.ctrl);
+        let over = c.ctrl.len() > limit;
+        self.announce(conn);
+        if over {
+            self.close_conn(
+                conn,
+                ConnError::Calm("control frames queued faster than sent"),
+            );
+        }
+    }
+
+    fn queue_window(&mut self, id: u64, inc: u64, prefer: Option<ConnId>) {
+        if let Some(conn) = self.control_conn(prefer, None) {
+            let increment = inc.min(u64::from(u32::MAX)) as u32;
+            self.queue_ctrl(
+                conn,
+                &Frame::Window(Window {
+                    stream: id,
+                    increment,
+                }),
+            );
+        }
+    }
+
+    /// Marks a stream reset, frees its buffers, unbinds it and reports it.
+    fn reset_local(&mut self, id: u64, code: ErrorCode, retryable: bool, tell_peer: bool) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if s.reset.is_some() {
+            return;
+        }
+        s.reset = Some((code, retryable));
+        s.send_buf.clear();
+        s.send_buf_len = 0;
+        if !s.fin_received {
+            s.recv_buf.clear();
+            s.recv_buf_len = 0;
+        }
+        let exclude = s.send_conn.filter(|c| {
+            self.conns
+                .get(c)
+                .is_none_or(|c| c.state == ConnState::Closing)
+        });
+        let prefer = s.send_conn;
+        self.account(id);
+        self.unbind(id);
+        self.events.push_back(Event::Reset {
+            id,
+            code,
+            retryable,
+        });
+        if tell_peer {
+            // PROTOCOL.md §3.4: RESET may travel on any lane.
+            if let Some(conn) = self.control_conn(prefer, exclude) {
+                self.queue_ctrl(conn, &Frame::Reset(Reset { stream: id, code }));
+            }
+        }
+        self.gc(id);
+    }
+
+    fn unbind(&mut self, id: u64) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if s.unbound {
+            return;
+        }
+        s.unbound = true;
+        let (a, b) = (s.send_conn, s.recv_conn);
+        for c in [a, if b == a { None } else { b }].into_iter().flatten() {
+            if let Some(c) = self.conns.get_mut(&c) {
+                c.streams = c.streams.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Forgets a stream once the application released it and nothing remains
+    /// to send.
+    fn gc(&mut self, id: u64) {
+        let Some(s) = self.streams.get(&id) else {
+            return;
+        };
+        let sent_all = s.reset.is_some() || (s.fin_sent && s.send_buf_len == 0);
+        if s.released && sent_all {
+            self.unbind(id);
+            if let Some(s) = self.streams.remove(&id) {
+                if let Some(c) = s.send_conn.and_then(|c| self.conns.get_mut(&c)) {
+                    c.queued_streams = c.queued_streams.saturating_sub(s.accounted);
+                }
+            }
+        }
+    }
+
+    fn fail_streams_on(&mut self, conn: ConnId) {
+        let mut ids: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| {
+                s.reset.is_none() && (s.send_conn == Some(conn) || s.recv_conn == Some(conn))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        let edge = self.role == Role::Edge;
+        for id in ids {
+            let retryable = edge && self.streams.get(&id).is_some_and(|s| s.bytes_received == 0);
+            // Make sure the RESET for the peer does not go on the dead lane.
+            if let Some(s) = self.streams.get_mut(&id) {
+                if s.send_conn == Some(conn) {
+                    s.send_conn = None;
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        c.queued_streams = c.queued_streams.saturating_sub(s.accounted);
+                        c.streams = c.streams.saturating_sub(1);
+                    }
+                    s.accounted = 0;
+                    if s.recv_conn == Some(conn) {
+                        s.recv_conn = None;
+                    }
+                } else if s.recv_conn == Some(conn) {
+                    s.recv_conn = None;
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        c.streams = c.streams.saturating_sub(1);
+                    }
+                }
+            }
+            self.reset_local(id, ErrorCode::CONNECTION_LOST, retryable, true);
+        }
+    }
+
+    /// Closes one lane for a local reason: GOAWAY with the mapped code, then
+    /// the driver closes it (PROTOCOL.md §6.1). Other lanes are untouched.
+    fn close_conn(&mut self, conn: ConnId, e: ConnError) {
+        let last = self.highest_accepted;
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.state == ConnState::Closing {
+            return;
+        }
+        c.state = ConnState::Closing;
+        c.inbuf = BytesMut::new();
+        GoAway {
+            last_stream: last,
+            code: e.code(),
+            reason: e.to_string(),
+        }
+        .encode(&mut c.ctrl);
+        self.announce(conn);
+        self.events.push_back(Event::ConnectionClosing {
+            conn,
+            code: e.code(),
+            reason: e.to_string(),
+        });
+        self.fail_streams_on(conn);
+    }
+
+    fn handle_frame(&mut self, conn: ConnId, f: Frame, now: Instant) -> Result<(), ConnError> {
+        let state = self.conns.get(&conn).map(|c| c.state);
+        if state == Some(ConnState::Handshake) {
+            return match f {
+                Frame::Hello(h) => self.on_hello(conn, h, now),
+                _ => Err(ConnError::Protocol("first frame is not HELLO")),
+            };
+        }
+        match f {
+            Frame::Hello(_) => Err(ConnError::Protocol("second HELLO")),
+            Frame::Open(o) => self.on_open(conn, o),
+            Frame::Data(d) => self.on_data(conn, d.stream, d.data, d.fin),
+            Frame::Reset(r) => {
+                self.on_reset(r);
+                Ok(())
+            }
+            Frame::Window(w) => self.on_window(w),
+            Frame::Ping(p) => self.on_ping(conn, p, now),
+            Frame::GoAway(g) => {
+                self.on_goaway(conn, g);
+                Ok(())
+            }
+            Frame::Unknown(_) => Ok(()),
+        }
+    }
+
+    fn on_hello(&mut self, conn: ConnId, h: Hello, now: Instant) -> Result<(), ConnError> {
+        if h.version != VERSION {
+            return Err(ConnError::Version(h.version));
+        }
+        if h.role == self.role {
+            return Err(ConnError::Protocol("peer has our own role"));
+        }
+        if h.session != self.session_id {
+            return Err(ConnError::Protocol("HELLO session id differs from ours"));
+        }
+        if h.max_frame_size < 1024 || h.initial_window < 1024 || h.max_streams == 0 {
+            return Err(ConnError::Protocol("HELLO limits below protocol minimums"));
+        }
+        self.peer = Some(h);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.state = ConnState::Up;
+            c.peer_max_frame = (h.max_frame_size as usize).min(MAX_PAYLOAD_LEN);
+            c.next_ping = now;
+        }
+        if let Some(last) = self.local_goaway {
+            // A lane that came up during a drain learns about it too.
+            let g = Frame::GoAway(GoAway {
+                last_stream: last,
+                code: ErrorCode::NO_ERROR,
+                reason: "draining".into(),
+            });
+            self.queue_ctrl(conn, &g);
+        }
+        self.events.push_back(Event::ConnectionUp(conn));
+        Ok(())
+    }
+
+    fn on_open(&mut self, conn: ConnId, o: Open) -> Result<(), ConnError> {
+        if self.role != Role::Remote {
+            return Err(ConnError::Protocol("OPEN sent to the edge"));
+        }
+        let c = self
+            .conns
+            .get_mut(&conn)
+            .ok_or(ConnError::Protocol("no lane"))?;
+        if o.stream <= c.last_open {
+            return Err(ConnError::Protocol(
+                "OPEN ids must increase on a connection",
+            ));
+        }
+        c.last_open = o.stream;
+        if self.streams.contains_key(&o.stream) {
+            return Err(ConnError::Protocol("OPEN for an existing stream"));
+        }
+        let refuse = self.local_goaway.is_some_and(|last| o.stream > last)
+            || self.streams.len() >= self.cfg.max_streams as usize;
+        if refuse {
+            // PROTOCOL.md §5.3: never processed, safe to retry.
+            self.queue_ctrl(
+                conn,
+                &Frame::Reset(Reset {
+                    stream: o.stream,
+                    code: ErrorCode::REFUSED_STREAM,
+                }),
+            );
+            return Ok(());
+        }
+        let Some(peer) = self.peer else {
+            return Err(ConnError::Protocol("OPEN before HELLO"));
+        };
+        let window = u64::from(self.cfg.stream_window);
+        let mut s = Stream::new(o.kind, u64::from(peer.initial_window), window);
+        s.recv_conn = Some(conn);
+        self.highest_accepted = self.highest_accepted.max(o.stream);
+        self.streams.insert(o.stream, s);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.streams += 1;
+        }
+        self.events.push_back(Event::Incoming {
+            id: o.stream,
+            kind: o.kind,
+            target: o.target,
+        });
+        if !o.data.is_empty() || o.fin {
+            self.deliver(o.stream, o.data, o.fin);
+        }
+        Ok(())
+    }
+
+    fn on_data(&mut self, conn: ConnId, id: u64, data: Bytes, fin: bool) -> Result<(), ConnError> {
+        let last_open = self.conns.get(&conn).map_or(0, |c| c.last_open);
+        let Some(s) = self.streams.get_mut(&id) else {
+            let never_opened = match self.role {
+                Role::Edge => id >= self.next_stream,
+                Role::Remote => id > last_open && id > self.highest_accepted,
+            };
+            if never_opened {
+                return Err(ConnError::Protocol("DATA for a stream never opened"));
+            }
+            // A stream we already forgot (reset or released): drop (§4.3).
+            return Ok(());
+        };
+        match s.recv_conn {
+            None => {
+                s.recv_conn = Some(conn);
+                if s.send_conn != Some(conn) && s.reset.is_none() {
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        c.streams += 1;
+                    }
+                }
+            }
+            Some(c) if c != conn => {
+                return Err(ConnError::Protocol(
+                    "a stream direction moved to another connection",
+                ))
+            }
+            Some(_) => {}
+        }
+        let Some(s) = self.streams.get_mut(&id) else {
+            return Ok(());
+        };
+        if s.fin_received {
+            return Err(ConnError::Protocol("DATA after FIN"));
+        }
+        if s.reset.is_some() {
+            return Ok(());
+        }
+        self.deliver(id, data, fin);
+        Ok(())
+    }
+
+    /// Appends received bytes to a stream, enforcing its window (§4.1).
+    fn deliver(&mut self, id: u64, data: Bytes, fin: bool) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let n = data.len() as u64;
+        if n > s.recv_left {
+            self.reset_local(id, ErrorCode::FLOW_CONTROL_ERROR, false, true);
+            return;
+        }
+        s.recv_left -= n;
+        s.bytes_received += n;
+        if n > 0 {
+            s.recv_buf_len += n;
+            s.recv_buf.push_back(data);
+        }
+        if fin {
+            s.fin_received = true;
+        }
+        self.events.push_back(Event::Readable(id));
+        self.gc(id);
+    }
+
+    fn on_reset(&mut self, r: Reset) {
+        let Some(s) = self.streams.get(&r.stream) else {
+            return;
+        };
+        if s.reset.is_some() {
+            return;
+        }
+        let retryable = r.code == ErrorCode::REFUSED_STREAM
+            || (self.role == Role::Edge
+                && r.code == ErrorCode::CONNECTION_LOST
+                && s.bytes_received == 0);
+        self.reset_local(r.stream, r.code, retryable, false);
+    }
+
+    fn on_window(&mut self, w: Window) -> Result<(), ConnError> {
+        if w.stream == 0 {
+            // Reserved for connection-level credit (§3.5): ignored.
+            return Ok(());
+        }
+        let Some(s) = self.streams.get_mut(&w.stream) else {
+            return Ok(());
+        };
+        if s.reset.is_some() {
+            return Ok(());
+        }
+        s.send_credit += u64::from(w.increment);
+        if s.send_credit > i32::MAX as u64 {
+            self.reset_local(w.stream, ErrorCode::FLOW_CONTROL_ERROR, false, true);
+            return Ok(());
+        }
+        self.events.push_back(Event::Writable(w.stream));
+        self.account(w.stream);
+        Ok(())
+    }
+
+    fn on_ping(&mut self, conn: ConnId, p: Ping, now: Instant) -> Result<(), ConnError> {
+        if p.ack {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                if let Some((payload, sent)) = c.ping {
+                    if payload == p.payload {
+                        c.rtt = Some(now.saturating_duration_since(sent));
+                        c.ping = None;
+                    }
+                }
+            }
+            return Ok(());
+        }
+        self.queue_ctrl(
+            conn,
+            &Frame::Ping(Ping {
+                ack: true,
+                payload: p.payload,
+            }),
+        );
+        Ok(())
+    }
+
+    fn on_goaway(&mut self, conn: ConnId, g: GoAway) {
+        if g.code != ErrorCode::NO_ERROR {
+            // The peer closes this lane only (§6.1).
+            if let Some(c) = self.conns.get_mut(&conn) {
+                if c.state != ConnState::Closing {
+                    c.state = ConnState::Closing;
+                    c.ctrl.clear();
+                    self.events.push_back(Event::ConnectionClosing {
+                        conn,
+                        code: g.code,
+                        reason: format!("peer closed the connection: {}", g.reason),
+                    });
+                    self.fail_streams_on(conn);
+                }
+            }
+            return;
+        }
+        let last = self
+            .peer_goaway
+            .map_or(g.last_stream, |l| l.min(g.last_stream));
+        let first_time = self.peer_goaway.is_none();
+        self.peer_goaway = Some(last);
+        if self.role == Role::Edge {
+            // Streams above `last` were never processed: refused, retryable (§5.3).
+            let mut ids: Vec<u64> = self
+                .streams
+                .iter()
+                .filter(|(id, s)| **id > last && s.reset.is_none())
+                .map(|(id, _)| *id)
+                .collect();
+            ids.sort_unstable();
+            for id in ids {
+                self.reset_local(id, ErrorCode::REFUSED_STREAM, true, false);
+            }
+        }
+        if first_time {
+            self.events.push_back(Event::GoAway {
+                conn,
+                last_stream: last,
+            });
+        }
+    }
+}
+
+/// Header bytes a DATA frame of stream `id` costs (PROTOCOL.md §2).
+pub fn data_overhead(id: u64) -> usize {
+    header_len(id)
+}

@@ -1,0 +1,201 @@
+//! Per-stream state (PROTOCOL.md §4): send buffer and credit, receive buffer
+//! and window, the binding of each direction to a connection.
+
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::error::ErrorCode;
+use crate::frame::Kind;
+use crate::session::ConnId;
+
+/// One stream as the session tracks it.
+#[derive(Debug)]
+pub(crate) struct Stream {
+    /// What the stream carries.
+    pub kind: Kind,
+    /// `Some(target)` until our OPEN has been emitted (locally opened streams only).
+    pub open_target: Option<String>,
+    /// Connection our direction is bound to; set once, when its first bytes are
+    /// ready to send, and never changed (PROTOCOL.md §5.1).
+    pub send_conn: Option<ConnId>,
+    /// Connection the peer's direction arrives on; set by its first frame and
+    /// never changed.
+    pub recv_conn: Option<ConnId>,
+    /// Bytes written by the application, not yet framed. Invariant:
+    /// `send_buf_len <= send_credit` (the application may only write within credit).
+    pub send_buf: VecDeque<Bytes>,
+    /// Sum of `send_buf` lengths.
+    pub send_buf_len: u64,
+    /// Credit the peer granted that we have not used yet, bytes.
+    pub send_credit: u64,
+    /// The application finished our direction; FIN goes after `send_buf`.
+    pub fin_queued: bool,
+    /// Our FIN has been framed.
+    pub fin_sent: bool,
+    /// Bytes received, not yet read by the application. Invariant:
+    /// `recv_buf_len + recv_left + recv_unacked == window` while the peer's direction is open.
+    pub recv_buf: VecDeque<Bytes>,
+    /// Sum of `recv_buf` lengths.
+    pub recv_buf_len: u64,
+    /// Credit the peer still holds for its direction, bytes.
+    pub recv_left: u64,
+    /// Bytes read by the application whose credit has not been returned yet.
+    pub recv_unacked: u64,
+    /// The peer's FIN arrived (it is delivered after `recv_buf`).
+    pub fin_received: bool,
+    /// Bytes of the peer's direction received so far.
+    pub bytes_received: u64,
+    /// Bytes of our direction framed so far.
+    pub bytes_sent: u64,
+    /// Set once: the stream was reset (code, retryable).
+    pub reset: Option<(ErrorCode, bool)>,
+    /// The application gave up its handle.
+    pub released: bool,
+    /// Queued in the send queue of `send_conn`.
+    pub in_sendq: bool,
+    /// Bytes of this stream currently counted in `send_conn`'s queued total.
+    pub accounted: u64,
+    /// The connections' stream counts no longer include this stream.
+    pub unbound: bool,
+}
+
+impl Stream {
+    pub fn new(kind: Kind, send_credit: u64, window: u64) -> Self {
+        Stream {
+            kind,
+            open_target: None,
+            send_conn: None,
+            recv_conn: None,
+            send_buf: VecDeque::new(),
+            send_buf_len: 0,
+            send_credit,
+            fin_queued: false,
+            fin_sent: false,
+            recv_buf: VecDeque::new(),
+            recv_buf_len: 0,
+            recv_left: window,
+            recv_unacked: 0,
+            fin_received: false,
+            bytes_received: 0,
+            bytes_sent: 0,
+            reset: None,
+            released: false,
+            in_sendq: false,
+            accounted: 0,
+            unbound: false,
+        }
+    }
+
+    /// Bytes that can be framed right now (buffered and within credit).
+    pub fn sendable(&self) -> u64 {
+        if self.reset.is_some() {
+            0
+        } else {
+            self.send_buf_len.min(self.send_credit)
+        }
+    }
+
+    /// Whether the send path has a frame to emit.
+    pub fn has_send_work(&self) -> bool {
+        self.reset.is_none()
+            && (self.open_target.is_some()
+                || self.sendable() > 0
+                || (self.fin_queued && !self.fin_sent && self.send_buf_len == 0))
+    }
+
+    /// How many more bytes the application may write now.
+    pub fn send_capacity(&self) -> u64 {
+        if self.reset.is_some() || self.fin_queued {
+            0
+        } else {
+            self.send_credit.saturating_sub(self.send_buf_len)
+        }
+    }
+
+    /// Removes up to `n` bytes from the front of the send buffer.
+    pub fn take_send(&mut self, n: usize) -> Bytes {
+        let n = n.min(self.send_buf_len as usize);
+        self.send_buf_len -= n as u64;
+        match self.send_buf.front_mut() {
+            Some(front) if front.len() >= n => {
+                let out = front.split_to(n);
+                if front.is_empty() {
+                    self.send_buf.pop_front();
+                }
+                out
+            }
+            _ => {
+                let mut out = BytesMut::with_capacity(n);
+                while out.len() < n {
+                    let Some(front) = self.send_buf.front_mut() else {
+                        break;
+                    };
+                    let k = (n - out.len()).min(front.len());
+                    out.extend_from_slice(&front.split_to(k));
+                    if front.is_empty() {
+                        self.send_buf.pop_front();
+                    }
+                }
+                out.freeze()
+            }
+        }
+    }
+
+    /// Copies up to `buf.len()` received bytes out; returns how many.
+    pub fn take_recv(&mut self, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while n < buf.len() {
+            let Some(front) = self.recv_buf.front_mut() else {
+                break;
+            };
+            let k = (buf.len() - n).min(front.len());
+            buf[n..n + k].copy_from_slice(&front[..k]);
+            let _ = front.split_to(k);
+            if front.is_empty() {
+                self.recv_buf.pop_front();
+            }
+            n += k;
+        }
+        self.recv_buf_len -= n as u64;
+        n
+    }
+
+    /// Both directions ended cleanly from the application's point of view.
+    pub fn cleanly_done(&self) -> bool {
+        self.reset.is_none() && self.fin_queued && self.fin_received && self.recv_buf_len == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn take_send_splits_and_joins_chunks() {
+        let mut s = Stream::new(Kind::Tunnel, 100, 100);
+        for c in [&b"abc"[..], b"defg"] {
+            s.send_buf.push_back(Bytes::copy_from_slice(c));
+            s.send_buf_len += c.len() as u64;
+        }
+        assert_eq!(&s.take_send(2)[..], b"ab");
+        assert_eq!(&s.take_send(3)[..], b"cde");
+        assert_eq!(&s.take_send(10)[..], b"fg");
+        assert_eq!(s.send_buf_len, 0);
+        assert!(s.send_buf.is_empty());
+    }
+
+    #[test]
+    fn take_recv_copies_across_chunks() {
+        let mut s = Stream::new(Kind::Http, 0, 100);
+        s.recv_buf.push_back(Bytes::from_static(b"hel"));
+        s.recv_buf.push_back(Bytes::from_static(b"lo"));
+        s.recv_buf_len = 5;
+        let mut b = [0u8; 4];
+        assert_eq!(s.take_recv(&mut b), 4);
+        assert_eq!(&b, b"hell");
+        assert_eq!(s.take_recv(&mut b), 1);
+        assert_eq!(b[0], b'o');
+        assert_eq!(s.recv_buf_len, 0);
+    }
+}

@@ -1,0 +1,145 @@
+//! Typed configuration of the pool and the server, with documented defaults.
+
+use std::time::Duration;
+
+use mux::Policy;
+
+/// Default remote proxy address of a pool.
+pub const DEFAULT_REMOTE: &str = "127.0.0.1:4443";
+/// Default number of pool connections. Seed 001 found ~20 connections needed to
+/// fill an E3 with 32 KB windows; with autotuned windows and BBR a handful
+/// suffices, and more connections spread head-of-line blocking after a loss.
+pub const DEFAULT_CONNECTIONS: usize = 4;
+/// First re-dial delay after a failed or lost connection.
+pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Largest re-dial delay.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// PING period per connection (keeps it warm and measures RTT).
+pub const DEFAULT_PING_INTERVAL: Duration = mux::config::DEFAULT_PING_INTERVAL;
+/// `TCP_NOTSENT_LOWAT`: at most this many bytes wait unsent in the kernel, so
+/// the scheduling decision is taken late, in user space. 128 KiB is ~10 ms at
+/// 100 Mbit/s: enough to keep the link busy between two wake-ups of the driver.
+pub const DEFAULT_NOTSENT_LOWAT: u32 = 128 * 1024;
+/// Congestion control asked for; the kernel default is used (and logged) if absent.
+pub const DEFAULT_CONGESTION: &str = "bbr";
+/// TCP keepalive idle time before probes start.
+pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(30);
+/// `TCP_USER_TIMEOUT`: unacknowledged data older than this kills the connection.
+pub const DEFAULT_USER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a dial may take.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes the driver takes from the session per write call.
+pub const DEFAULT_WRITE_CHUNK: usize = 64 * 1024;
+/// How often the driver refreshes the kernel send-queue size while it is not empty.
+pub const DEFAULT_OUTSTANDING_REFRESH: Duration = Duration::from_millis(5);
+
+/// Socket tuning of pool connections (both sides).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketOptions {
+    /// `TCP_NODELAY`: frames leave at once instead of waiting for Nagle.
+    pub nodelay: bool,
+    /// `TCP_CONGESTION` name ("bbr", "cubic"); on failure the kernel default
+    /// stays and a warning is logged. `None`: kernel default.
+    pub congestion: Option<String>,
+    /// `TCP_NOTSENT_LOWAT` in bytes; `None` leaves the kernel setting.
+    pub notsent_lowat: Option<u32>,
+    /// Keepalive idle time; `None` disables keepalive.
+    pub keepalive: Option<Duration>,
+    /// `TCP_USER_TIMEOUT`; `None` leaves the kernel default.
+    pub user_timeout: Option<Duration>,
+    /// `SO_SNDBUF`; `None` (recommended) leaves kernel autotuning on.
+    pub send_buffer: Option<usize>,
+    /// `SO_RCVBUF`; `None` (recommended) leaves kernel autotuning on. Setting it
+    /// freezes receive-window autotuning for the socket: the window can then
+    /// never grow past this size, which caps throughput at size ÷ RTT.
+    pub recv_buffer: Option<usize>,
+    /// Dial timeout.
+    pub connect_timeout: Duration,
+}
+
+impl Default for SocketOptions {
+    fn default() -> Self {
+        SocketOptions {
+            nodelay: true,
+            congestion: Some(DEFAULT_CONGESTION.to_owned()),
+            notsent_lowat: Some(DEFAULT_NOTSENT_LOWAT),
+            keepalive: Some(DEFAULT_KEEPALIVE),
+            user_timeout: Some(DEFAULT_USER_TIMEOUT),
+            send_buffer: None,
+            recv_buffer: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+/// Edge-side pool configuration.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// "host:port" of the remote proxy.
+    pub remote: String,
+    /// Number of pool connections (N).
+    pub connections: usize,
+    /// How stream directions are bound to connections.
+    pub policy: Policy,
+    /// Socket tuning.
+    pub socket: SocketOptions,
+    /// Protocol limits (windows from RTT × rate).
+    pub mux: mux::Config,
+    /// First re-dial delay.
+    pub backoff_min: Duration,
+    /// Largest re-dial delay.
+    pub backoff_max: Duration,
+    /// PING period (overrides `mux.ping_interval`).
+    pub ping_interval: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            remote: DEFAULT_REMOTE.to_owned(),
+            connections: DEFAULT_CONNECTIONS,
+            policy: Policy::default(),
+            socket: SocketOptions::default(),
+            mux: mux::Config::default(),
+            backoff_min: DEFAULT_BACKOFF_MIN,
+            backoff_max: DEFAULT_BACKOFF_MAX,
+            ping_interval: DEFAULT_PING_INTERVAL,
+        }
+    }
+}
+
+impl PoolConfig {
+    /// Checks the configuration; the error names the bad field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.connections == 0 || self.connections > 1024 {
+            return Err(format!(
+                "connections = {} must be within 1..=1024",
+                self.connections
+            ));
+        }
+        if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max {
+            return Err("backoff_min must be positive and at most backoff_max".into());
+        }
+        if self.ping_interval.is_zero() {
+            return Err("ping_interval must be positive".into());
+        }
+        self.mux.validate().map_err(|e| e.to_string())
+    }
+
+    pub(crate) fn mux_config(&self) -> mux::Config {
+        let mut m = self.mux.clone();
+        m.ping_interval = self.ping_interval;
+        m
+    }
+}
+
+/// Remote-side server configuration.
+#[derive(Debug, Clone, Default)]
+pub struct ServerConfig {
+    /// Socket tuning of accepted connections.
+    pub socket: SocketOptions,
+    /// Protocol limits.
+    pub mux: mux::Config,
+    /// How reply directions are bound to connections.
+    pub policy: Policy,
+}

@@ -1,0 +1,152 @@
+//! One task per pool connection: feeds received bytes into the session and
+//! writes what the session has for this lane, keeping the kernel's unsent
+//! queue small (`TCP_NOTSENT_LOWAT`) and reporting its send queue (`SIOCOUTQ`)
+//! for the least-outstanding policy.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mux::ConnId;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::Notify;
+
+use crate::carrier::{Carrier, Probe};
+use crate::config::{DEFAULT_OUTSTANDING_REFRESH, DEFAULT_WRITE_CHUNK};
+use crate::shared::{now, Lane, Shared};
+use crate::stats::LaneState;
+
+/// How long a closing lane keeps reading (and discarding) after its GOAWAY, so
+/// that closing with unread bytes does not turn into a TCP reset that could
+/// destroy the GOAWAY before the peer reads it.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Runs one connection lane until the transport ends or the session closes it.
+/// `preread` holds bytes already read from the carrier (the server peeks at the
+/// HELLO). Returns whether the lane completed its HELLO.
+pub(crate) async fn run_lane(
+    shared: Arc<Shared>,
+    carrier: Box<dyn Carrier>,
+    preread: Vec<u8>,
+    slot: Option<usize>,
+) -> bool {
+    let probe = carrier.probe();
+    let notify = Arc::new(Notify::new());
+    let conn = shared.op(|i| {
+        let c = i.session.add_connection(now());
+        i.lanes.insert(
+            c,
+            Lane {
+                notify: notify.clone(),
+                probe: probe.clone(),
+                slot,
+                was_up: false,
+            },
+        );
+        if let Some(s) = slot.and_then(|s| i.slots.get_mut(s)) {
+            s.conn = Some(c);
+            s.state = LaneState::Handshake;
+        }
+        if !preread.is_empty() {
+            i.session.handle_input(c, &preread, now());
+        }
+        c
+    });
+    let (rd, wr) = tokio::io::split(carrier);
+    let reader = reader(&shared, conn, rd);
+    let writer = writer(&shared, conn, wr, &notify, probe.as_ref());
+    tokio::pin!(reader);
+    tokio::pin!(writer);
+    tokio::select! {
+        r = &mut reader => {
+            match r {
+                Ok(()) => tracing::info!(%conn, "pool connection closed by peer"),
+                Err(e) => tracing::warn!(%conn, error = %e, "pool connection read failed"),
+            }
+        }
+        w = &mut writer => {
+            match w {
+                Ok(()) => {
+                    let _ = tokio::time::timeout(LINGER, &mut reader).await;
+                }
+                Err(e) => tracing::warn!(%conn, error = %e, "pool connection write failed"),
+            }
+        }
+    }
+    shared.op(|i| {
+        i.session.connection_lost(conn, now());
+        let was_up = i.lanes.remove(&conn).is_some_and(|l| l.was_up);
+        if let Some(s) = slot.and_then(|s| i.slots.get_mut(s)) {
+            s.conn = None;
+        }
+        was_up
+    })
+}
+
+async fn reader(
+    shared: &Arc<Shared>,
+    conn: ConnId,
+    mut rd: ReadHalf<Box<dyn Carrier>>,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = rd.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        shared.op(|i| i.session.handle_input(conn, &buf[..n], now()));
+    }
+}
+
+async fn writer(
+    shared: &Arc<Shared>,
+    conn: ConnId,
+    mut wr: WriteHalf<Box<dyn Carrier>>,
+    notify: &Notify,
+    probe: &dyn Probe,
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(DEFAULT_WRITE_CHUNK + 32 * 1024);
+    let mut kernel = 0u64;
+    loop {
+        buf.clear();
+        let (close, deadline) = shared.op(|i| {
+            let t = now();
+            if i.session.poll_timeout().is_some_and(|d| d <= t) {
+                i.session.handle_timeout(t);
+            }
+            i.session.poll_transmit(conn, DEFAULT_WRITE_CHUNK, &mut buf);
+            let close =
+                i.session.wants_close(conn) || (i.shutting_down && !i.session.has_transmit(conn));
+            (close, i.session.poll_timeout())
+        });
+        if !buf.is_empty() {
+            wr.write_all(&buf).await?;
+            kernel = probe.kernel_outstanding();
+            shared.op(|i| i.session.set_kernel_outstanding(conn, kernel));
+            continue;
+        }
+        if close {
+            let _ = wr.shutdown().await;
+            return Ok(());
+        }
+        let refresh = (kernel > 0).then(|| now() + DEFAULT_OUTSTANDING_REFRESH);
+        let wake = match (deadline, refresh) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match wake {
+            Some(at) => {
+                let at = tokio::time::Instant::from_std(at);
+                tokio::select! {
+                    _ = notify.notified() => {}
+                    _ = tokio::time::sleep_until(at) => {}
+                }
+            }
+            None => notify.notified().await,
+        }
+        let k = probe.kernel_outstanding();
+        if k != kernel {
+            kernel = k;
+            shared.op(|i| i.session.set_kernel_outstanding(conn, k));
+        }
+    }
+}

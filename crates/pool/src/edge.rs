@@ -1,0 +1,229 @@
+//! [`Pool`]: the edge side, N warm connections to one remote proxy.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use mux::{Kind, OpenError, Role, Session};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::backoff::Backoff;
+use crate::carrier::{Dialer, TcpDialer};
+use crate::config::PoolConfig;
+use crate::driver::run_lane;
+use crate::shared::Shared;
+use crate::stats::{collect, ConnStats, LaneState};
+use crate::stream::MuxStream;
+use crate::PoolError;
+
+/// Edge side: a pool of N warm carrier connections to one remote proxy. Cheap to clone.
+#[derive(Clone)]
+pub struct Pool {
+    shared: Arc<Shared>,
+    ctl: Arc<Control>,
+}
+
+struct Control {
+    /// Set once by `close`: slots stop re-dialing.
+    closed: AtomicBool,
+    /// Wakes slots sleeping in backoff when the pool closes.
+    close_notify: Notify,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// Spawns one task per connection slot (needs a tokio runtime); each dials
+    /// now and re-dials with jittered exponential backoff until [`Pool::close`].
+    ///
+    /// # Panics
+    /// If `cfg` fails [`PoolConfig::validate`]; use [`Pool::try_start`] to get the error instead.
+    pub fn start(cfg: PoolConfig) -> Pool {
+        match Pool::try_start(cfg) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`Pool::start`], returning a configuration error instead of panicking.
+    pub fn try_start(cfg: PoolConfig) -> Result<Pool, PoolError> {
+        let dialer = Arc::new(TcpDialer {
+            remote: cfg.remote.clone(),
+            opts: cfg.socket.clone(),
+        });
+        Pool::start_with_dialer(cfg, dialer)
+    }
+
+    /// Starts a pool over any carrier (TLS, QUIC, test transports).
+    pub fn start_with_dialer(cfg: PoolConfig, dialer: Arc<dyn Dialer>) -> Result<Pool, PoolError> {
+        cfg.validate().map_err(PoolError::Config)?;
+        let session_id: u64 = rand::random();
+        let session = Session::new(Role::Edge, session_id, cfg.mux_config(), cfg.policy);
+        let shared = Shared::new(session, cfg.connections, None);
+        let ctl = Arc::new(Control {
+            closed: AtomicBool::new(false),
+            close_notify: Notify::new(),
+            tasks: Mutex::new(Vec::new()),
+        });
+        let mut tasks = Vec::new();
+        for slot in 0..cfg.connections {
+            let backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max, session_id ^ slot as u64);
+            tasks.push(tokio::spawn(run_slot(
+                shared.clone(),
+                ctl.clone(),
+                dialer.clone(),
+                slot,
+                backoff,
+                cfg.remote.clone(),
+            )));
+        }
+        *ctl.tasks.lock().unwrap_or_else(|p| p.into_inner()) = tasks;
+        Ok(Pool { shared, ctl })
+    }
+
+    /// Waits until at least one connection has completed HELLO, or `timeout` passes.
+    pub async fn ready(&self, timeout: Duration) -> bool {
+        let wait = async {
+            loop {
+                let notified = self.shared.up.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if self.shared.op(|i| i.session.up_connections()) > 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
+    }
+
+    /// Opens a stream with no round trip: the OPEN carries `kind`, `target`
+    /// ("host:port") and `first` bytes. Fails at once with
+    /// [`PoolError::Unavailable`] when no connection is up, or
+    /// [`PoolError::Draining`] after a GOAWAY.
+    pub async fn open(
+        &self,
+        kind: Kind,
+        target: &str,
+        first: Bytes,
+    ) -> Result<MuxStream, PoolError> {
+        if self.ctl.closed.load(Ordering::Acquire) {
+            return Err(PoolError::Draining);
+        }
+        let id = self.shared.op(|i| {
+            let id = i.session.open(kind, target, &first, false)?;
+            i.wakers.insert(id, Default::default());
+            Ok::<u64, OpenError>(id)
+        })?;
+        Ok(MuxStream::new(self.shared.clone(), id))
+    }
+
+    /// Per-connection health, one entry per slot.
+    pub fn stats(&self) -> Vec<ConnStats> {
+        let mut out = Vec::new();
+        self.shared.op(|i| collect(i, &mut out));
+        out
+    }
+
+    /// The pool session id carried in every connection's HELLO.
+    pub fn session_id(&self) -> u64 {
+        self.shared.op(|i| i.session.session_id())
+    }
+
+    /// GOAWAY on every connection, waits (at most `grace`) for open streams to
+    /// finish, then closes the connections and stops re-dialing.
+    pub async fn close(&self, grace: Duration) {
+        self.ctl.closed.store(true, Ordering::Release);
+        self.ctl.close_notify.notify_waiters();
+        self.shared.op(|i| i.session.go_away("edge pool closing"));
+        let idle = async {
+            while self.shared.op(|i| i.session.stream_count()) > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let _ = tokio::time::timeout(grace, idle).await;
+        self.shared.op(|i| {
+            i.shutting_down = true;
+            i.notify_all_lanes();
+        });
+        let tasks = std::mem::take(&mut *self.ctl.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in tasks {
+            let abort = t.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(3), t)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+}
+
+async fn run_slot(
+    shared: Arc<Shared>,
+    ctl: Arc<Control>,
+    dialer: Arc<dyn Dialer>,
+    slot: usize,
+    mut backoff: Backoff,
+    remote: String,
+) {
+    let set_state = |st: LaneState, redial: bool| {
+        shared.op(|i| {
+            if let Some(s) = i.slots.get_mut(slot) {
+                s.state = st;
+                if redial {
+                    s.reconnects += 1;
+                }
+            }
+        })
+    };
+    let mut first = true;
+    while !ctl.closed.load(Ordering::Acquire) {
+        set_state(LaneState::Connecting, !first);
+        first = false;
+        match dialer.dial().await {
+            Ok(carrier) => {
+                if ctl.closed.load(Ordering::Acquire) {
+                    break;
+                }
+                if run_lane(shared.clone(), carrier, Vec::new(), Some(slot)).await {
+                    backoff.reset();
+                }
+            }
+            Err(e) => tracing::warn!(slot, %remote, error = %e, "pool dial failed"),
+        }
+        if ctl.closed.load(Ordering::Acquire) {
+            break;
+        }
+        let d = backoff.next_delay();
+        set_state(LaneState::Backoff, false);
+        tracing::debug!(
+            slot,
+            delay_ms = d.as_millis() as u64,
+            "re-dialing after backoff"
+        );
+        let notified = ctl.close_notify.notified();
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = notified => {}
+        }
+    }
+}
+
+impl From<OpenError> for PoolError {
+    fn from(e: OpenError) -> Self {
+        match e {
+            OpenError::Unavailable => PoolError::Unavailable,
+            OpenError::Draining => PoolError::Draining,
+            OpenError::Limit(l) => PoolError::Limit(l),
+            OpenError::Invalid(r) => PoolError::Invalid(r),
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! [`Server`]: the remote side, accepting pool connections from edges and
+//! grouping them into one session per edge pool by the HELLO's session id.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use mux::frame::Hello;
+use mux::{Role, Session};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::carrier::{Carrier, TcpCarrier};
+use crate::config::ServerConfig;
+use crate::driver::run_lane;
+use crate::shared::Shared;
+use crate::stats::{collect, ConnStats};
+use crate::Incoming;
+
+/// Remote side: accepts pool connections and yields the streams edges open.
+pub struct Server {
+    inner: Arc<ServerInner>,
+    accept_task: JoinHandle<()>,
+}
+
+struct ServerInner {
+    local_addr: SocketAddr,
+    cfg: ServerConfig,
+    /// Sessions by edge session id; a session is removed when its last lane ends.
+    sessions: Mutex<HashMap<u64, Arc<Shared>>>,
+    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>,
+    tx: mpsc::UnboundedSender<Incoming>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("local_addr", &self.inner.local_addr)
+            .finish()
+    }
+}
+
+impl Server {
+    /// Binds `addr` and starts accepting pool connections.
+    pub async fn bind(addr: SocketAddr, cfg: ServerConfig) -> io::Result<Server> {
+        cfg.mux
+            .validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let sock = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        sock.set_reuse_address(true)?;
+        sock.set_nonblocking(true)?;
+        sock.bind(&addr.into())?;
+        sock.listen(1024)?;
+        let listener = TcpListener::from_std(sock.into())?;
+        let local_addr = listener.local_addr()?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (shutdown, _) = watch::channel(false);
+        let inner = Arc::new(ServerInner {
+            local_addr,
+            cfg,
+            sessions: Mutex::new(HashMap::new()),
+            rx: tokio::sync::Mutex::new(rx),
+            tx,
+            shutdown,
+        });
+        let accept_task = tokio::spawn(accept_loop(Arc::downgrade(&inner), listener));
+        Ok(Server { inner, accept_task })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr
+    }
+
+    /// The next stream opened by any edge; `None` after shutdown.
+    pub async fn accept(&self) -> Option<Incoming> {
+        let mut stop = self.inner.shutdown.subscribe();
+        if *stop.borrow() {
+            return None;
+        }
+        let mut rx = self.inner.rx.lock().await;
+        tokio::select! {
+            i = rx.recv() => i,
+            _ = stop.wait_for(|s| *s) => None,
+        }
+    }
+
+    /// GOAWAY to every edge, stop accepting, wait (at most `grace`) for open
+    /// streams to finish, then close every connection.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.shutdown.send_replace(true);
+        self.accept_task.abort();
+        let sessions = self.inner.sessions();
+        for s in &sessions {
+            s.op(|i| i.session.go_away("remote shutting down"));
+        }
+        let idle = async {
+            while sessions
+                .iter()
+                .any(|s| s.op(|i| i.session.stream_count()) > 0)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let _ = tokio::time::timeout(grace, idle).await;
+        for s in &sessions {
+            s.op(|i| {
+                i.shutting_down = true;
+                i.notify_all_lanes();
+            });
+        }
+        let closed = async {
+            while sessions.iter().any(|s| s.op(|i| !i.lanes.is_empty())) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(3), closed).await;
+    }
+
+    /// Health of every connection of every edge session.
+    pub fn stats(&self) -> Vec<ConnStats> {
+        let mut out = Vec::new();
+        for s in self.inner.sessions() {
+            s.op(|i| collect(i, &mut out));
+        }
+        out
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.accept_task.abort();
+    }
+}
+
+impl ServerInner {
+    fn sessions(&self) -> Vec<Arc<Shared>> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
+async fn accept_loop(inner: Weak<ServerInner>, listener: TcpListener) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(server) = inner.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move {
+            if let Err(e) = serve_conn(server, stream).await {
+                tracing::warn!(%peer, error = %e, "pool connection rejected");
+            }
+        });
+    }
+}
+
+async fn serve_conn(server: Arc<ServerInner>, stream: TcpStream) -> io::Result<()> {
+    let carrier = TcpCarrier::new(stream, &server.cfg.socket)?;
+    let mut carrier: Box<dyn Carrier> = Box::new(carrier);
+    // Read until the edge's HELLO is complete to learn its session id (§3.1).
+    let mut pre = Vec::new();
+    let hello = tokio::time::timeout(server.cfg.mux.handshake_timeout, async {
+        let mut buf = [0u8; 512];
+        loop {
+            match Hello::peek(&pre) {
+                Ok(Some(h)) => return Ok(h),
+                Ok(None) => {}
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+            }
+            let n = carrier.read(&mut buf).await?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "closed before HELLO",
+                ));
+            }
+            pre.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no HELLO in time"))??;
+    if hello.role != Role::Edge {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "HELLO from a non-edge peer",
+        ));
+    }
+    let shared = {
+        let mut map = server.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(hello.session)
+            .or_insert_with(|| {
+                tracing::info!(session = hello.session, "new edge session");
+                Shared::new(
+                    Session::new(
+                        Role::Remote,
+                        hello.session,
+                        server.cfg.mux.clone(),
+                        server.cfg.policy,
+                    ),
+                    0,
+                    Some(server.tx.clone()),
+                )
+            })
+            .clone()
+    };
+    run_lane(shared.clone(), carrier, pre, None).await;
+    let mut map = server.sessions.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(cur) = map.get(&hello.session) {
+        if Arc::ptr_eq(cur, &shared) && shared.op(|i| i.lanes.is_empty()) {
+            map.remove(&hello.session);
+            tracing::info!(session = hello.session, "edge session ended");
+        }
+    }
+    Ok(())
+}

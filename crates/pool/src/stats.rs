@@ -1,0 +1,102 @@
+//! Per-connection health for operators and metrics.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::shared::Inner;
+
+/// Lifecycle of a pool connection as operators see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LaneState {
+    /// Dialing.
+    #[default]
+    Connecting,
+    /// Connected, waiting for the peer's HELLO.
+    Handshake,
+    /// Carrying streams.
+    Up,
+    /// Closing after a GOAWAY.
+    Closing,
+    /// Waiting before the next dial.
+    Backoff,
+}
+
+/// Health of one pool connection.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnStats {
+    /// Connection id within its session (`None` for an edge slot with no live connection).
+    pub id: Option<u64>,
+    /// Pool session id (edge: ours; server: the edge's).
+    pub session: u64,
+    /// Edge slot index (0..N); `None` on the server.
+    pub slot: Option<usize>,
+    /// Lifecycle state.
+    pub state: LaneState,
+    /// Peer address.
+    pub peer: Option<SocketAddr>,
+    /// Round-trip time measured by the last PING.
+    pub rtt: Option<Duration>,
+    /// Kernel view (`TCP_INFO`): rtt, cwnd, retransmits.
+    pub tcp_info: Option<netsys::TcpInfo>,
+    /// Bytes queued in the process for this connection.
+    pub queued: u64,
+    /// Kernel send queue (unsent + unacknowledged, `SIOCOUTQ`).
+    pub kernel: u64,
+    /// `queued + kernel`: what the least-outstanding policy compares.
+    pub outstanding: u64,
+    /// Streams with a direction bound to this connection.
+    pub streams: u32,
+    /// Times this slot re-dialed after losing or failing a connection.
+    pub reconnects: u64,
+}
+
+pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
+    let session = i.session.session_id();
+    let snaps = i.session.connections();
+    let lane_stats = |c: mux::ConnId, slot: Option<usize>, reconnects: u64| {
+        let lane = i.lanes.get(&c)?;
+        let snap = snaps.iter().find(|s| s.id == c)?;
+        let kernel = lane.probe.kernel_outstanding();
+        Some(ConnStats {
+            id: Some(c.0),
+            session,
+            slot,
+            state: match snap.state {
+                mux::ConnState::Handshake => LaneState::Handshake,
+                mux::ConnState::Up => LaneState::Up,
+                mux::ConnState::Closing => LaneState::Closing,
+            },
+            peer: lane.probe.peer_addr(),
+            rtt: snap.rtt,
+            tcp_info: lane.probe.tcp_info(),
+            queued: snap.queued,
+            kernel,
+            outstanding: snap.queued + kernel,
+            streams: snap.streams,
+            reconnects,
+        })
+    };
+    if i.slots.is_empty() {
+        let mut ids: Vec<_> = i.lanes.keys().copied().collect();
+        ids.sort();
+        out.extend(ids.into_iter().filter_map(|c| lane_stats(c, None, 0)));
+    } else {
+        for (n, s) in i.slots.iter().enumerate() {
+            let live = s.conn.and_then(|c| lane_stats(c, Some(n), s.reconnects));
+            out.push(live.unwrap_or(ConnStats {
+                id: None,
+                session,
+                slot: Some(n),
+                state: s.state,
+                peer: None,
+                rtt: None,
+                tcp_info: None,
+                queued: 0,
+                kernel: 0,
+                outstanding: 0,
+                streams: 0,
+                reconnects: s.reconnects,
+            }));
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! [`MuxStream`]: one bidirectional stream as an `AsyncRead + AsyncWrite`.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use mux::{ErrorCode, Read};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::shared::Shared;
+use crate::StreamError;
+
+/// One bidirectional stream of the pool. `poll_shutdown` sends FIN for our
+/// direction (the other stays readable); reads return 0 (EOF) on the peer's
+/// FIN; writes return `Pending` while the stream has no credit, so memory stays
+/// bounded by the window. Dropping it before both directions ended cleanly
+/// resets it with CANCEL. After a reset, reads and writes fail with an
+/// `io::Error` carrying a [`StreamError`] (see [`crate::stream_error`]).
+pub struct MuxStream {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl std::fmt::Debug for MuxStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MuxStream").field("id", &self.id).finish()
+    }
+}
+
+impl MuxStream {
+    pub(crate) fn new(shared: Arc<Shared>, id: u64) -> Self {
+        MuxStream { shared, id }
+    }
+
+    /// Pool-wide stream id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Aborts both directions with `code` (sends RESET).
+    pub fn reset(&mut self, code: ErrorCode) {
+        let id = self.id;
+        self.shared.op(|i| i.session.reset(id, code));
+    }
+
+    /// Bytes of the peer's direction delivered to us so far.
+    pub fn bytes_received(&self) -> u64 {
+        let id = self.id;
+        self.shared.op(|i| i.session.bytes_received(id))
+    }
+}
+
+pub(crate) fn to_io(e: mux::StreamError, id: u64) -> io::Error {
+    match e {
+        mux::StreamError::Reset { code, retryable } => {
+            let kind = if code == ErrorCode::CONNECTION_LOST || code == ErrorCode::CANCEL {
+                io::ErrorKind::ConnectionAborted
+            } else {
+                io::ErrorKind::ConnectionReset
+            };
+            let reason = match code {
+                ErrorCode::CONNECTION_LOST => "the pool connection carrying it was lost".to_owned(),
+                ErrorCode::REFUSED_STREAM => "the peer refused it unprocessed".to_owned(),
+                ErrorCode::CANCEL => "cancelled".to_owned(),
+                c => format!("reset with {c}"),
+            };
+            io::Error::new(
+                kind,
+                StreamError {
+                    code,
+                    retryable,
+                    reason: format!("stream {id}: {reason}"),
+                },
+            )
+        }
+        mux::StreamError::Finished => {
+            io::Error::new(io::ErrorKind::BrokenPipe, "write after shutdown")
+        }
+        mux::StreamError::Unknown(_) => io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            StreamError {
+                code: ErrorCode::CANCEL,
+                retryable: false,
+                reason: format!("stream {id} no longer exists"),
+            },
+        ),
+    }
+}
+
+impl AsyncRead for MuxStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let id = self.id;
+        self.shared
+            .op(|i| match i.session.read(id, buf.initialize_unfilled()) {
+                Ok(Read::Data(n)) => {
+                    buf.advance(n);
+                    Poll::Ready(Ok(()))
+                }
+                Ok(Read::Fin) => Poll::Ready(Ok(())),
+                Ok(Read::Blocked) => {
+                    i.wakers.entry(id).or_default().read = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+                Err(e) => Poll::Ready(Err(to_io(e, id))),
+            })
+    }
+}
+
+impl AsyncWrite for MuxStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let id = self.id;
+        self.shared.op(|i| match i.session.send(id, buf) {
+            Ok(0) => {
+                i.wakers.entry(id).or_default().write = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            Ok(n) => Poll::Ready(Ok(n)),
+            Err(e) => Poll::Ready(Err(to_io(e, id))),
+        })
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Written bytes are already queued in the session for the driver.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let id = self.id;
+        self.shared.op(|i| match i.session.finish(id) {
+            Ok(()) => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(to_io(e, id))),
+        })
+    }
+}
+
+impl Drop for MuxStream {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.shared.op(|i| {
+            i.session.release(id);
+            i.wakers.remove(&id);
+        });
+    }
+}

@@ -1,0 +1,149 @@
+//! The pool over real kernel TCP on loopback.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use pool::{stream_error, ErrorCode, Kind, Pool, PoolConfig, Server, ServerConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn echo_server() -> Server {
+    let server = Server::bind("127.0.0.1:0".parse().unwrap(), ServerConfig::default())
+        .await
+        .unwrap();
+    server
+}
+
+fn spawn_echo(server: std::sync::Arc<Server>) {
+    tokio::spawn(async move {
+        while let Some(inc) = server.accept().await {
+            tokio::spawn(async move {
+                let target = inc.target.clone();
+                let (mut r, mut w) = tokio::io::split(inc.stream);
+                if target == "reset:0" {
+                    let mut b = [0u8; 1];
+                    let _ = r.read(&mut b).await;
+                    let mut s = r.unsplit(w);
+                    s.reset(ErrorCode::CONNECT_FAILED);
+                    return;
+                }
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn pool_cfg(addr: std::net::SocketAddr, n: usize) -> PoolConfig {
+    PoolConfig {
+        remote: addr.to_string(),
+        connections: n,
+        backoff_min: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(200),
+        ..PoolConfig::default()
+    }
+}
+
+async fn echo_once(pool: &Pool, seed: u64, len: usize) -> std::io::Result<()> {
+    let data = pattern(seed, len);
+    let first = Bytes::copy_from_slice(&data[..len.min(1000)]);
+    let s = pool
+        .open(Kind::Tunnel, "echo:7", first)
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let (mut r, mut w) = tokio::io::split(s);
+    let rest = data[len.min(1000)..].to_vec();
+    let writer = async move {
+        w.write_all(&rest).await?;
+        w.shutdown().await?;
+        Ok::<_, std::io::Error>(w)
+    };
+    let reader = async move {
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).await?;
+        Ok::<_, std::io::Error>((r, got))
+    };
+    let (w, (r, got)) = tokio::try_join!(writer, reader)?;
+    drop(r.unsplit(w));
+    assert_eq!(got.len(), data.len(), "stream {seed} length");
+    assert!(got == data, "stream {seed} bytes differ");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_streams_echo_byte_exact() {
+    let server = std::sync::Arc::new(echo_server().await);
+    spawn_echo(server.clone());
+    let pool = Pool::start(pool_cfg(server.local_addr(), 3));
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    let mut tasks = Vec::new();
+    for i in 0..40u64 {
+        let pool = pool.clone();
+        let len = [0usize, 1, 999, 1000, 1001, 70_000, 300_000][i as usize % 7];
+        tasks.push(tokio::spawn(async move { echo_once(&pool, i, len).await }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    // All slots connected, to the same remote session.
+    let stats = pool.stats();
+    assert_eq!(stats.len(), 3);
+    assert!(
+        stats.iter().all(|s| s.state == pool::LaneState::Up),
+        "{stats:?}"
+    );
+    let sstats = server.stats();
+    assert_eq!(sstats.len(), 3);
+    assert!(sstats.iter().all(|s| s.session == pool.session_id()));
+    pool.close(Duration::from_secs(2)).await;
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_reset_reaches_the_edge_with_its_code() {
+    let server = std::sync::Arc::new(echo_server().await);
+    spawn_echo(server.clone());
+    let pool = Pool::start(pool_cfg(server.local_addr(), 2));
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    let mut s = pool
+        .open(Kind::Tunnel, "reset:0", Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let e = s.read(&mut buf).await.unwrap_err();
+    let se = stream_error(&e).expect("stream error inside");
+    assert_eq!(se.code, ErrorCode::CONNECT_FAILED);
+    assert!(!se.retryable);
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset);
+    pool.close(Duration::from_millis(100)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_without_connection_is_unavailable_at_once() {
+    // A port nobody listens on.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    let pool = Pool::start(pool_cfg(addr, 1));
+    assert!(!pool.ready(Duration::from_millis(200)).await);
+    let e = pool
+        .open(Kind::Http, "a:80", Bytes::new())
+        .await
+        .unwrap_err();
+    assert_eq!(e, pool::PoolError::Unavailable);
+    let st = pool.stats();
+    assert_eq!(st.len(), 1);
+    assert!(st[0].reconnects >= 1, "{st:?}");
+    pool.close(Duration::from_millis(10)).await;
+}

@@ -1,0 +1,170 @@
+//! Typed, validated configuration of the remote (TOML).
+//!
+//! Every key has a `DEFAULT_*` constant; unknown keys are rejected; [`RemoteConfig::validate`]
+//! checks ranges and the development-mode rule (loopback only). It does NOT open sockets.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use edge_proxy::config::{LinkConfig, LogFormat, Mode};
+use serde::{Deserialize, Serialize};
+
+use crate::handler::Settings;
+use crate::policy::TargetPolicy;
+
+/// Default pool listener.
+pub const DEFAULT_REMOTE_LISTEN: &str = "127.0.0.1:4443";
+/// Default origin TCP connect timeout.
+pub const DEFAULT_ORIGIN_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// Default wait for an origin's response head.
+pub const DEFAULT_ORIGIN_TIMEOUT_MS: u64 = 60_000;
+/// Default idle timeout of pooled keep-alive origin connections.
+pub const DEFAULT_ORIGIN_IDLE_TIMEOUT_MS: u64 = 90_000;
+/// Default idle keep-alive connections kept per origin.
+pub const DEFAULT_ORIGIN_MAX_IDLE_PER_HOST: usize = 32;
+/// Default drain grace period on SIGTERM.
+pub const DEFAULT_DRAIN_GRACE_MS: u64 = 10_000;
+
+/// The remote's configuration file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RemoteConfig {
+    /// Development or production. Absent: development when `listen` is loopback.
+    pub mode: Option<Mode>,
+    /// Pool listener.
+    pub listen: SocketAddr,
+    /// Let origins on loopback/private/link-local addresses be reached. Absent: true in
+    /// development mode, false in production.
+    pub allow_private_targets: Option<bool>,
+    /// Origin TCP connect timeout, ms (expiry: 504).
+    pub origin_connect_timeout_ms: u64,
+    /// Wait for an origin's response head, ms (expiry: 504).
+    pub origin_timeout_ms: u64,
+    /// Idle keep-alive origin connections close after this, ms.
+    pub origin_idle_timeout_ms: u64,
+    /// Idle keep-alive connections kept per origin.
+    pub origin_max_idle_per_host: usize,
+    /// Largest request head, bytes (larger: 431).
+    pub max_header_bytes: usize,
+    /// Grace period for in-flight streams on SIGTERM, ms.
+    pub drain_grace_ms: u64,
+    /// TCP congestion control of pool connections (`bbr`, `cubic`, `reno`); the replies travel
+    /// this way, so this side's choice matters most.
+    pub congestion: String,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// The long link (window sizing).
+    pub link: LinkConfig,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        RemoteConfig {
+            mode: None,
+            listen: DEFAULT_REMOTE_LISTEN.parse().expect("valid default"),
+            allow_private_targets: None,
+            origin_connect_timeout_ms: DEFAULT_ORIGIN_CONNECT_TIMEOUT_MS,
+            origin_timeout_ms: DEFAULT_ORIGIN_TIMEOUT_MS,
+            origin_idle_timeout_ms: DEFAULT_ORIGIN_IDLE_TIMEOUT_MS,
+            origin_max_idle_per_host: DEFAULT_ORIGIN_MAX_IDLE_PER_HOST,
+            max_header_bytes: edge_proxy::http1::DEFAULT_MAX_HEADER_BYTES,
+            drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
+            congestion: edge_proxy::config::DEFAULT_CONGESTION.into(),
+            log_format: LogFormat::Text,
+            link: LinkConfig::default(),
+        }
+    }
+}
+
+impl RemoteConfig {
+    /// The mode in force.
+    pub fn mode(&self) -> Mode {
+        edge_proxy::config::effective_mode(self.mode, &[self.listen])
+    }
+
+    /// Checks ranges and the development-mode rule; the error names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if !["bbr", "cubic", "reno"].contains(&self.congestion.as_str()) {
+            return Err(format!(
+                "congestion {:?} must be bbr, cubic or reno",
+                self.congestion
+            ));
+        }
+        if self.mode() == Mode::Development && !self.listen.ip().is_loopback() {
+            return Err(format!(
+                "listen {}: development mode binds loopback only (set mode = \"production\")",
+                self.listen
+            ));
+        }
+        for (key, v) in [
+            ("origin_connect_timeout_ms", self.origin_connect_timeout_ms),
+            ("origin_timeout_ms", self.origin_timeout_ms),
+            ("origin_idle_timeout_ms", self.origin_idle_timeout_ms),
+            ("drain_grace_ms", self.drain_grace_ms),
+        ] {
+            if v == 0 || v > 86_400_000 {
+                return Err(format!("{key} {v} must be in 1..=86400000"));
+            }
+        }
+        if self.origin_max_idle_per_host > 10_000 {
+            return Err(format!(
+                "origin_max_idle_per_host {} must be at most 10000",
+                self.origin_max_idle_per_host
+            ));
+        }
+        if !(1024..=1024 * 1024).contains(&self.max_header_bytes) {
+            return Err(format!(
+                "max_header_bytes {} must be in 1024..=1048576",
+                self.max_header_bytes
+            ));
+        }
+        self.link.validate()
+    }
+
+    /// The address policy in force.
+    pub fn policy(&self) -> TargetPolicy {
+        TargetPolicy {
+            allow_private: self
+                .allow_private_targets
+                .unwrap_or(self.mode() == Mode::Development),
+        }
+    }
+
+    /// Origin-side behaviour.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            connect_timeout: Duration::from_millis(self.origin_connect_timeout_ms),
+            origin_timeout: Duration::from_millis(self.origin_timeout_ms),
+            origin_idle_timeout: Duration::from_millis(self.origin_idle_timeout_ms),
+            origin_max_idle_per_host: self.origin_max_idle_per_host,
+            max_header_bytes: self.max_header_bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let c = RemoteConfig::default();
+        c.validate().unwrap();
+        assert!(c.policy().allow_private);
+        assert_eq!(c.listen.to_string(), "127.0.0.1:4443");
+        let p: RemoteConfig =
+            toml::from_str("mode = \"production\"\nlisten = \"0.0.0.0:4443\"").unwrap();
+        p.validate().unwrap();
+        assert!(!p.policy().allow_private);
+    }
+
+    #[test]
+    fn rejects_unknown_and_invalid() {
+        assert!(toml::from_str::<RemoteConfig>("allow_private = true").is_err());
+        let c: RemoteConfig =
+            toml::from_str("mode = \"development\"\nlisten = \"0.0.0.0:4443\"").unwrap();
+        assert!(c.validate().unwrap_err().contains("development mode"));
+        let c: RemoteConfig = toml::from_str("origin_timeout_ms = 0").unwrap();
+        assert!(c.validate().unwrap_err().contains("origin_timeout_ms"));
+    }
+}

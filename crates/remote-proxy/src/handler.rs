@@ -1,0 +1,515 @@
+//! Serving one stream opened by an edge.
+//!
+//! - `Http` stream: read one HTTP/1.1 request (head and framed body), fetch it from the origin
+//!   with hyper's client (pooled keep-alive origin connections, names resolved here, address
+//!   policy applied to the resolved address), and stream the response back as it arrives
+//!   (1xx first, then the head, then the body with `Content-Length` or chunked framing), then
+//!   FIN. Failures before the response started become a synthetic response; a reply cut by the
+//!   origin is never completed (the stream is dropped unfinished, which resets it).
+//!   A `CONNECT` request on an `Http` stream is answered with a status once the target is
+//!   connected (or not), then becomes a tunnel ("after-connect" mode of the edge).
+//! - `Tunnel` stream: connect to the target and copy bytes both ways; a target that cannot be
+//!   reached resets the stream with a reason code.
+//!
+//! It does NOT accept pool connections (see the binary) or parse anything inside tunnels.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use edge_proxy::http1::{self, BodyDecoder, BodyKind, Header, OutFraming, RequestHead};
+use edge_proxy::target::parse_authority;
+use edge_proxy::transport::StreamKind;
+use futures_util::StreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty, StreamBody};
+use hyper::body::Frame;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use crate::errors::{chain, log_access, Access, RemoteError, ResetReason};
+use crate::policy::{PolicyResolver, TargetPolicy};
+
+/// Request body pieces buffered between the stream and hyper (each up to 64 KiB).
+pub const DEFAULT_BODY_CHANNEL: usize = 4;
+/// Buffer of each tunnel direction.
+pub const DEFAULT_TUNNEL_BUFFER: usize = 64 * 1024;
+/// 1xx responses buffered while the final response is awaited.
+const INFORMATIONAL_QUEUE: usize = 8;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Request body type given to hyper.
+pub type ReqBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// A stream from an edge, as the remote needs it.
+pub trait FarStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Aborts the stream in both directions, telling the edge why.
+    fn reset(&mut self, why: ResetReason);
+}
+
+/// Origin-side behaviour.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Longest wait for an origin to accept a TCP connection.
+    pub connect_timeout: Duration,
+    /// Longest wait for an origin's response head after the request was sent.
+    pub origin_timeout: Duration,
+    /// Idle keep-alive origin connections are closed after this.
+    pub origin_idle_timeout: Duration,
+    /// Idle keep-alive origin connections kept per origin.
+    pub origin_max_idle_per_host: usize,
+    /// Largest request head.
+    pub max_header_bytes: usize,
+}
+
+/// State shared by all streams.
+pub struct Ctx {
+    client: Client<HttpConnector<PolicyResolver>, ReqBody>,
+    policy: TargetPolicy,
+    settings: Settings,
+}
+
+impl Ctx {
+    /// Builds the origin client.
+    pub fn new(policy: TargetPolicy, settings: Settings) -> Ctx {
+        let mut connector = HttpConnector::new_with_resolver(PolicyResolver(policy));
+        connector.set_connect_timeout(Some(settings.connect_timeout));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(settings.origin_idle_timeout)
+            .pool_max_idle_per_host(settings.origin_max_idle_per_host)
+            .build(connector);
+        Ctx {
+            client,
+            policy,
+            settings,
+        }
+    }
+}
+
+/// Serves one stream to completion.
+pub async fn handle<S: FarStream>(ctx: &Ctx, id: u64, kind: StreamKind, target: String, stream: S) {
+    match kind {
+        StreamKind::Tunnel => tunnel(ctx, id, &target, stream).await,
+        StreamKind::Http => http(ctx, id, &target, stream).await,
+    }
+}
+
+async fn tunnel<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
+    let started = Instant::now();
+    let origin = match connect_target(ctx, target).await {
+        Ok(o) => o,
+        Err(e) => {
+            stream.reset(e.reset_reason());
+            log_error(id, "TUNNEL", target, 0, started, &e);
+            return;
+        }
+    };
+    let (up, down, err) = pump(stream, origin, BytesMut::new()).await;
+    log_tunnel(id, "TUNNEL", target, 0, up, down, started, err);
+}
+
+async fn connect_target(ctx: &Ctx, target: &str) -> Result<TcpStream, RemoteError> {
+    let auth = parse_authority(target, None)
+        .map_err(|e| RemoteError::BadRequest(format!("stream target: {e}")))?;
+    let addrs = ctx.policy.resolve(&auth.host, auth.port).await?;
+    let mut last: Option<RemoteError> = None;
+    for addr in addrs {
+        match tokio::time::timeout(ctx.settings.connect_timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Ok(Err(e)) => last = Some(RemoteError::from_connect(&addr.to_string(), &e)),
+            Err(_) => {
+                last = Some(RemoteError::Timeout(format!(
+                    "connect to {addr}: no answer within {} ms",
+                    ctx.settings.connect_timeout.as_millis()
+                )))
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| RemoteError::ConnectFailed(format!("{target}: no address"))))
+}
+
+/// Copies both ways until both ends finished; on a failure both sides are aborted.
+async fn pump<S: FarStream>(
+    mut stream: S,
+    mut origin: TcpStream,
+    early: BytesMut,
+) -> (u64, u64, Option<String>) {
+    if !early.is_empty() {
+        if let Err(e) = origin.write_all(&early).await {
+            stream.reset(ResetReason::Cancel);
+            return (0, 0, Some(format!("origin write: {e}")));
+        }
+    }
+    let res = tokio::io::copy_bidirectional_with_sizes(
+        &mut stream,
+        &mut origin,
+        DEFAULT_TUNNEL_BUFFER,
+        DEFAULT_TUNNEL_BUFFER,
+    )
+    .await;
+    match res {
+        Ok((up, down)) => (up + early.len() as u64, down, None),
+        Err(e) => {
+            stream.reset(ResetReason::Cancel);
+            let _ = socket2::SockRef::from(&origin).set_linger(Some(Duration::ZERO));
+            (0, 0, Some(e.to_string()))
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn log_tunnel(
+    id: u64,
+    method: &str,
+    target: &str,
+    status: u16,
+    up: u64,
+    down: u64,
+    started: Instant,
+    err: Option<String>,
+) {
+    log_access(&Access {
+        stream: id,
+        method,
+        target,
+        status,
+        bytes_up: up,
+        bytes_down: down,
+        duration: started.elapsed(),
+        outcome: if err.is_some() { "tunnel-failed" } else { "ok" },
+        detail: err.as_deref().unwrap_or(""),
+    });
+}
+
+fn log_error(id: u64, method: &str, target: &str, status: u16, started: Instant, e: &RemoteError) {
+    log_access(&Access {
+        stream: id,
+        method,
+        target,
+        status,
+        bytes_up: 0,
+        bytes_down: 0,
+        duration: started.elapsed(),
+        outcome: e.tag(),
+        detail: &e.to_string(),
+    });
+}
+
+/// Answers `e` with a synthetic response and finishes the stream.
+async fn reply_error<S: FarStream>(
+    stream: &mut S,
+    id: u64,
+    method: &str,
+    target: &str,
+    started: Instant,
+    e: &RemoteError,
+) {
+    let _ = stream.write_all(&e.response()).await;
+    let _ = stream.shutdown().await;
+    log_error(id, method, target, e.status(), started, e);
+}
+
+async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
+    let started = Instant::now();
+    let mut buf = BytesMut::with_capacity(8192);
+    let head = match http1::read_request_head(&mut stream, &mut buf, ctx.settings.max_header_bytes)
+        .await
+    {
+        Ok(Some(h)) => h,
+        Ok(None) => {
+            let e = RemoteError::BadRequest("the stream ended before a request".into());
+            return reply_error(&mut stream, id, "-", target, started, &e).await;
+        }
+        Err(e) => {
+            let e = RemoteError::from(e);
+            return reply_error(&mut stream, id, "-", target, started, &e).await;
+        }
+    };
+    if head.method == "CONNECT" {
+        return connect_with_status(ctx, id, target, stream, buf, started).await;
+    }
+    let req = match build_request(ctx, target, &head) {
+        Ok(r) => r,
+        Err(e) => return reply_error(&mut stream, id, &head.method, target, started, &e).await,
+    };
+    let (mut req, body_kind) = req;
+    let (mut rd, mut wr) = tokio::io::split(stream);
+
+    // Request body: decoded from the stream, handed to hyper through a bounded channel.
+    let (body_tx, body_rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(DEFAULT_BODY_CHANNEL);
+    let uploaded = AtomicU64::new(0);
+    let result = {
+        let feed = async {
+            // Owned here so the body ends (sender dropped) when the feed ends.
+            let body_tx = body_tx;
+            let mut dec = BodyDecoder::new(body_kind);
+            loop {
+                match dec.next(&mut rd, &mut buf).await {
+                    Ok(Some(piece)) => {
+                        uploaded.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                        if body_tx.send(Ok(Frame::data(piece))).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => return,
+                    Err(e) => {
+                        let _ = body_tx
+                            .send(Err(Box::new(std::io::Error::other(e.to_string()))))
+                            .await;
+                        return;
+                    }
+                }
+            }
+        };
+        *req.body_mut() = match body_kind {
+            BodyKind::None => Empty::new().map_err(|e| match e {}).boxed_unsync(),
+            _ => {
+                let s = futures_util::stream::unfold(body_rx, |mut rx| async move {
+                    rx.recv().await.map(|item| (item, rx))
+                });
+                StreamBody::new(s.boxed()).boxed_unsync()
+            }
+        };
+        let method = head.method.clone();
+        let (info_tx, mut info_rx) = mpsc::channel::<Vec<u8>>(INFORMATIONAL_QUEUE);
+        hyper::ext::on_informational(&mut req, move |res| {
+            if res.status().as_u16() == 100 || res.status().as_u16() == 101 {
+                return;
+            }
+            let mut out = format!(
+                "HTTP/1.1 {} {}\r\n",
+                res.status().as_u16(),
+                res.status().canonical_reason().unwrap_or("")
+            )
+            .into_bytes();
+            for (k, v) in res.headers() {
+                out.extend_from_slice(k.as_str().as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(v.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"\r\n");
+            let _ = info_tx.try_send(out);
+        });
+        let respond = async {
+            let fetch = tokio::time::timeout(ctx.settings.origin_timeout, ctx.client.request(req));
+            tokio::pin!(fetch);
+            let res = loop {
+                tokio::select! {
+                    biased;
+                    Some(info) = info_rx.recv() => {
+                        if wr.write_all(&info).await.is_err() {
+                            return Err(Outcome::Cut("edge went away".into()));
+                        }
+                    }
+                    r = &mut fetch => break r,
+                }
+            };
+            // 1xx heads queued while the final head arrived go first.
+            while let Ok(info) = info_rx.try_recv() {
+                if wr.write_all(&info).await.is_err() {
+                    return Err(Outcome::Cut("edge went away".into()));
+                }
+            }
+            let res = match res {
+                Err(_) => {
+                    return Err(Outcome::Before(RemoteError::Timeout(format!(
+                        "no response head within {} ms",
+                        ctx.settings.origin_timeout.as_millis()
+                    ))))
+                }
+                Ok(Err(e)) => return Err(Outcome::Before(RemoteError::from_client(target, &e))),
+                Ok(Ok(r)) => r,
+            };
+            write_response(&mut wr, &method, res).await
+        };
+        tokio::pin!(feed, respond);
+        let mut fed = false;
+        loop {
+            tokio::select! {
+                r = &mut respond => break r,
+                _ = &mut feed, if !fed => fed = true,
+            }
+        }
+    };
+    let up = uploaded.load(Ordering::Relaxed);
+    match result {
+        Ok((status, down)) => {
+            let _ = wr.shutdown().await;
+            log_access(&Access {
+                stream: id,
+                method: &head.method,
+                target,
+                status,
+                bytes_up: up,
+                bytes_down: down,
+                duration: started.elapsed(),
+                outcome: "ok",
+                detail: "",
+            });
+        }
+        Err(Outcome::Before(e)) => {
+            let mut stream = rd.unsplit(wr);
+            reply_error(&mut stream, id, &head.method, target, started, &e).await;
+        }
+        Err(Outcome::Cut(why)) => {
+            let mut stream = rd.unsplit(wr);
+            stream.reset(ResetReason::Cancel);
+            log_access(&Access {
+                stream: id,
+                method: &head.method,
+                target,
+                status: 0,
+                bytes_up: up,
+                bytes_down: 0,
+                duration: started.elapsed(),
+                outcome: "reply-cut",
+                detail: &why,
+            });
+        }
+    }
+}
+
+enum Outcome {
+    /// Nothing of the response was written: a synthetic response can be sent.
+    Before(RemoteError),
+    /// The response was under way: the stream must be reset.
+    Cut(String),
+}
+
+fn build_request(
+    ctx: &Ctx,
+    target: &str,
+    head: &RequestHead,
+) -> Result<(http::Request<ReqBody>, BodyKind), RemoteError> {
+    let auth = parse_authority(target, None)
+        .map_err(|e| RemoteError::BadRequest(format!("stream target: {e}")))?;
+    if let Some(ip) = auth.ip() {
+        if let Some(why) = ctx.policy.refuses(ip) {
+            return Err(RemoteError::Forbidden(format!("{ip}: {why}")));
+        }
+    }
+    if !head.target.starts_with('/') {
+        return Err(RemoteError::BadRequest(format!(
+            "request target {:?} is not origin-form",
+            head.target
+        )));
+    }
+    let body_kind = http1::request_body_kind(head)?;
+    let method = http::Method::from_bytes(head.method.as_bytes())
+        .map_err(|_| RemoteError::BadRequest(format!("invalid method {:?}", head.method)))?;
+    let uri: http::Uri = format!("http://{}{}", auth.target(), head.target)
+        .parse()
+        .map_err(|e| RemoteError::BadRequest(format!("invalid request target: {e}")))?;
+    let mut headers = head.headers.clone();
+    http1::strip_hop_by_hop(&mut headers);
+    if body_kind != BodyKind::Chunked && !matches!(body_kind, BodyKind::Length(_)) {
+        http1::remove_header(&mut headers, "content-length");
+    }
+    let mut req = http::Request::builder().method(method).uri(uri);
+    for h in &headers {
+        let name = http::HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| RemoteError::BadRequest(format!("invalid header name {:?}", h.name)))?;
+        let value = http::HeaderValue::from_bytes(&h.value)
+            .map_err(|_| RemoteError::BadRequest(format!("invalid value of header {}", h.name)))?;
+        req = req.header(name, value);
+    }
+    let req = req
+        .body(Empty::new().map_err(|e| match e {}).boxed_unsync())
+        .map_err(|e| RemoteError::BadRequest(e.to_string()))?;
+    Ok((req, body_kind))
+}
+
+/// Writes the response head and streams its body; returns status and body bytes.
+async fn write_response<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    method: &str,
+    res: http::Response<hyper::body::Incoming>,
+) -> Result<(u16, u64), Outcome> {
+    let status = res.status();
+    let reason = res
+        .extensions()
+        .get::<hyper::ext::ReasonPhrase>()
+        .and_then(|r| std::str::from_utf8(r.as_bytes()).ok().map(str::to_string))
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_string());
+    let mut headers: Vec<Header> = res
+        .headers()
+        .iter()
+        .map(|(k, v)| Header::new(k.as_str(), v.as_bytes()))
+        .collect();
+    http1::strip_hop_by_hop(&mut headers);
+    let has_length = http1::header_str(&headers, "content-length").is_some();
+    let no_body = method == "HEAD"
+        || status.is_informational()
+        || status == http::StatusCode::NO_CONTENT
+        || status == http::StatusCode::NOT_MODIFIED;
+    let out = if no_body || has_length {
+        OutFraming::Raw
+    } else {
+        headers.push(Header::new("Transfer-Encoding", "chunked"));
+        OutFraming::Chunked
+    };
+    let head = http1::ResponseHead {
+        status: status.as_u16(),
+        reason,
+        minor: 1,
+        headers,
+    };
+    wr.write_all(&http1::encode_response_head(&head))
+        .await
+        .map_err(|e| Outcome::Cut(format!("edge write: {e}")))?;
+    let mut body = res.into_body();
+    let mut total = 0u64;
+    if !no_body {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| Outcome::Cut(format!("origin body: {}", chain(&e))))?;
+            if let Ok(data) = frame.into_data() {
+                total += data.len() as u64;
+                http1::write_piece(wr, out, data)
+                    .await
+                    .map_err(|e| Outcome::Cut(e.to_string()))?;
+            }
+        }
+        if out == OutFraming::Chunked {
+            wr.write_all(b"0\r\n\r\n")
+                .await
+                .map_err(|e| Outcome::Cut(format!("edge write: {e}")))?;
+        }
+    }
+    wr.flush()
+        .await
+        .map_err(|e| Outcome::Cut(format!("edge write: {e}")))?;
+    Ok((status.as_u16(), total))
+}
+
+async fn connect_with_status<S: FarStream>(
+    ctx: &Ctx,
+    id: u64,
+    target: &str,
+    mut stream: S,
+    early: BytesMut,
+    started: Instant,
+) {
+    let origin = match connect_target(ctx, target).await {
+        Ok(o) => o,
+        Err(e) => return reply_error(&mut stream, id, "CONNECT", target, started, &e).await,
+    };
+    if stream
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let (up, down, err) = pump(stream, origin, early).await;
+    log_tunnel(id, "CONNECT", target, 200, up, down, started, err);
+}

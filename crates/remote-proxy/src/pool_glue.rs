@@ -1,0 +1,83 @@
+//! The mux pool's streams as the remote's [`FarStream`]s, the accept loop over
+//! [`pool::Server`], and the server configuration derived from the remote's configuration.
+//!
+//! This is where [`ResetReason`]s become wire error codes. It does NOT implement the pool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use edge_proxy::pool_transport::{mux_config, socket_options};
+use edge_proxy::transport::StreamKind;
+use pool::{ErrorCode, Kind, MuxStream, Server, ServerConfig};
+use tokio::task::JoinSet;
+
+use crate::config::RemoteConfig;
+use crate::errors::ResetReason;
+use crate::handler::{self, Ctx, FarStream};
+
+impl FarStream for MuxStream {
+    fn reset(&mut self, why: ResetReason) {
+        MuxStream::reset(self, wire_code(why));
+    }
+}
+
+/// Reset reason → wire code.
+pub fn wire_code(why: ResetReason) -> ErrorCode {
+    match why {
+        ResetReason::DnsFailed => ErrorCode::DNS_FAILED,
+        ResetReason::ConnectFailed => ErrorCode::CONNECT_FAILED,
+        ResetReason::Timeout => ErrorCode::TIMEOUT,
+        ResetReason::Forbidden => ErrorCode::FORBIDDEN,
+        ResetReason::Cancel => ErrorCode::CANCEL,
+    }
+}
+
+/// The pool server configuration of a remote.
+pub fn server_config(cfg: &RemoteConfig) -> ServerConfig {
+    ServerConfig {
+        socket: socket_options(&cfg.congestion),
+        mux: mux_config(&cfg.link),
+        ..ServerConfig::default()
+    }
+}
+
+/// Serves streams from `server` until `shutdown` completes, then drains: GOAWAY to every edge,
+/// in-flight streams get `grace` to finish.
+pub async fn run(
+    server: Server,
+    ctx: Arc<Ctx>,
+    shutdown: impl std::future::Future<Output = ()>,
+    grace: Duration,
+) {
+    let mut tasks = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        while tasks.try_join_next().is_some() {}
+        tokio::select! {
+            _ = &mut shutdown => break,
+            inc = server.accept() => {
+                let Some(inc) = inc else { break };
+                let kind = match inc.kind {
+                    Kind::Tunnel => StreamKind::Tunnel,
+                    _ => StreamKind::Http,
+                };
+                let ctx = ctx.clone();
+                tasks.spawn(async move {
+                    handler::handle(&ctx, inc.id, kind, inc.target, inc.stream).await;
+                });
+            }
+        }
+    }
+    tracing::info!(
+        streams = tasks.len(),
+        grace_ms = grace.as_millis() as u64,
+        "draining"
+    );
+    let streams_done = async {
+        let _ =
+            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        tasks.shutdown().await;
+    };
+    tokio::join!(server.shutdown(grace), streams_done);
+    tracing::info!("drained");
+}

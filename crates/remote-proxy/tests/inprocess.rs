@@ -1,0 +1,587 @@
+//! Edge and remote wired together in one process over in-memory pipes (no pool), against a
+//! small origin on loopback: HTTP semantics of the pair, independent of the transport.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use edge_proxy::client::{ConnectReply, Settings};
+use edge_proxy::http1::{self, BodyDecoder, BodyKind, ResponseHead};
+use edge_proxy::server::{self, Interception, Listeners};
+use edge_proxy::transport::{FarCode, FarFailure, OpenError, StreamKind, Transport};
+use remote_proxy::errors::ResetReason;
+use remote_proxy::handler::{self, Ctx, FarStream};
+use remote_proxy::policy::TargetPolicy;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The far end of an in-memory stream.
+struct Far(DuplexStream);
+
+impl AsyncRead for Far {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+impl AsyncWrite for Far {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+impl FarStream for Far {
+    fn reset(&mut self, _why: ResetReason) {}
+}
+
+/// The near end: a pipe, or a stream whose pool connection "died" before any reply.
+enum Near {
+    Pipe(DuplexStream),
+    Lost,
+}
+
+fn lost() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "pool connection lost",
+    )
+}
+
+impl AsyncRead for Near {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match &mut *self {
+            Near::Pipe(p) => Pin::new(p).poll_read(cx, buf),
+            Near::Lost => Poll::Ready(Err(lost())),
+        }
+    }
+}
+impl AsyncWrite for Near {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match &mut *self {
+            Near::Pipe(p) => Pin::new(p).poll_write(cx, buf),
+            Near::Lost => Poll::Ready(Ok(buf.len())),
+        }
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match &mut *self {
+            Near::Pipe(p) => Pin::new(p).poll_flush(cx),
+            Near::Lost => Poll::Ready(Ok(())),
+        }
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match &mut *self {
+            Near::Pipe(p) => Pin::new(p).poll_shutdown(cx),
+            Near::Lost => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+/// Opens streams as in-memory pipes served by the remote's handler. The first `fail_first`
+/// opens return streams that fail at once with a retryable "connection lost".
+#[derive(Clone)]
+struct Local {
+    ctx: Arc<Ctx>,
+    ids: Arc<AtomicU64>,
+    fail_first: Arc<AtomicUsize>,
+}
+
+impl Transport for Local {
+    type Stream = Near;
+
+    async fn open(&self, kind: StreamKind, target: &str, first: Bytes) -> Result<Near, OpenError> {
+        let failing = self
+            .fail_first
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Ok(Near::Lost);
+        }
+        let (mut near, far) = tokio::io::duplex(256 * 1024);
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let ctx = self.ctx.clone();
+        let target = target.to_string();
+        tokio::spawn(async move { handler::handle(&ctx, id, kind, target, Far(far)).await });
+        near.write_all(&first).await.map_err(|e| OpenError {
+            reason: e.to_string(),
+        })?;
+        Ok(Near::Pipe(near))
+    }
+
+    fn failure(&self, err: &std::io::Error) -> Option<FarFailure> {
+        (err.kind() == std::io::ErrorKind::ConnectionAborted).then(|| FarFailure {
+            code: FarCode::ConnectionLost,
+            retryable: true,
+            reason: "pipe closed".into(),
+        })
+    }
+}
+
+/// A tiny origin: `/len/N` (N bytes, Content-Length), `/chunked/N`, `/echo` (request body
+/// back), `/slow` (never answers), `/cut` (promises 100 bytes, sends 10, closes),
+/// `/early-hints` (103 first).
+async fn origin() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            tokio::spawn(serve_origin(s));
+        }
+    });
+    addr
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8).collect()
+}
+
+async fn serve_origin(mut s: TcpStream) {
+    let mut buf = BytesMut::new();
+    while let Ok(Some(head)) = http1::read_request_head(&mut s, &mut buf, 65536).await {
+        let kind = http1::request_body_kind(&head).unwrap();
+        let mut body = Vec::new();
+        let mut dec = BodyDecoder::new(kind);
+        while let Some(p) = dec.next(&mut s, &mut buf).await.unwrap() {
+            body.extend_from_slice(&p);
+        }
+        let path = head.target.clone();
+        let send_body = head.method != "HEAD";
+        if let Some(n) = path.strip_prefix("/len/") {
+            let n: usize = n.parse().unwrap();
+            let h = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nX-Host: {}\r\n\r\n",
+                http1::header_str(&head.headers, "host").unwrap_or("")
+            );
+            s.write_all(h.as_bytes()).await.unwrap();
+            if send_body {
+                s.write_all(&pattern(n)).await.unwrap();
+            }
+        } else if let Some(n) = path.strip_prefix("/chunked/") {
+            let n: usize = n.parse().unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .await
+                .unwrap();
+            for piece in pattern(n).chunks(1000) {
+                s.write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                    .await
+                    .unwrap();
+                s.write_all(piece).await.unwrap();
+                s.write_all(b"\r\n").await.unwrap();
+            }
+            s.write_all(b"0\r\n\r\n").await.unwrap();
+        } else if path == "/echo" {
+            let h = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+            s.write_all(h.as_bytes()).await.unwrap();
+            s.write_all(&body).await.unwrap();
+        } else if path == "/slow" {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        } else if path == "/cut" {
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+                .await
+                .unwrap();
+            return;
+        } else if path == "/early-hints" {
+            s.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+        } else {
+            s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                .await
+                .unwrap();
+        }
+    }
+}
+
+struct Pair {
+    edge: SocketAddr,
+    origin: SocketAddr,
+}
+
+async fn pair(connect_reply: ConnectReply, fail_first: usize, allow_private: bool) -> Pair {
+    pair_with(fail_first, allow_private, |s| {
+        s.connect_reply = connect_reply
+    })
+    .await
+}
+
+async fn pair_with(
+    fail_first: usize,
+    allow_private: bool,
+    tweak: impl FnOnce(&mut Settings),
+) -> Pair {
+    let origin = origin().await;
+    let ctx = Arc::new(Ctx::new(
+        TargetPolicy { allow_private },
+        handler::Settings {
+            connect_timeout: Duration::from_secs(2),
+            origin_timeout: Duration::from_millis(800),
+            origin_idle_timeout: Duration::from_secs(30),
+            origin_max_idle_per_host: 8,
+            max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
+        },
+    ));
+    let transport = Local {
+        ctx,
+        ids: Arc::new(AtomicU64::new(1)),
+        fail_first: Arc::new(AtomicUsize::new(fail_first)),
+    };
+    let mut settings = Settings {
+        max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
+        max_pipeline: 16,
+        idle_timeout: Duration::from_secs(10),
+        connect_reply: ConnectReply::Optimistic,
+        connect_ports: Vec::new(),
+        allowed_clients: vec!["127.0.0.0/8".parse().unwrap()],
+        transparent_http_ports: vec![80],
+    };
+    tweak(&mut settings);
+    let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let edge = proxy.local_addr().unwrap();
+    tokio::spawn(server::run(
+        transport,
+        settings,
+        Listeners {
+            proxy,
+            transparent: None,
+        },
+        Interception::Redirect,
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    Pair { edge, origin }
+}
+
+/// Reads one response (head and body) from a client connection.
+async fn read_response(
+    s: &mut TcpStream,
+    buf: &mut BytesMut,
+    method: &str,
+) -> (ResponseHead, Vec<u8>) {
+    let head = http1::read_response_head(s, buf, 65536).await.unwrap();
+    let kind = http1::response_body_kind(method, &head).unwrap();
+    let mut dec = BodyDecoder::new(kind);
+    let mut body = Vec::new();
+    while let Some(p) = dec.next(s, buf).await.unwrap() {
+        body.extend_from_slice(&p);
+    }
+    (head, body)
+}
+
+fn header<'a>(h: &'a ResponseHead, name: &str) -> Option<&'a str> {
+    http1::header_str(&h.headers, name)
+}
+
+#[tokio::test]
+async fn keep_alive_fixed_chunked_head_and_pipelining() {
+    let p = pair(ConnectReply::Optimistic, 0, true).await;
+    let mut c = TcpStream::connect(p.edge).await.unwrap();
+    let o = p.origin;
+    // Five pipelined requests written at once, answered in order.
+    let reqs = format!(
+        "GET http://{o}/len/0 HTTP/1.1\r\nHost: {o}\r\n\r\n\
+         GET http://{o}/len/70000 HTTP/1.1\r\nHost: {o}\r\n\r\n\
+         HEAD http://{o}/len/5 HTTP/1.1\r\nHost: {o}\r\n\r\n\
+         GET http://{o}/chunked/12345 HTTP/1.1\r\nHost: {o}\r\n\r\n\
+         POST http://{o}/echo HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+    );
+    c.write_all(reqs.as_bytes()).await.unwrap();
+    let mut buf = BytesMut::new();
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!((h.status, b.len()), (200, 0));
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!(h.status, 200);
+    assert_eq!(b, pattern(70000));
+    assert_eq!(header(&h, "x-host"), Some(o.to_string().as_str()));
+    let (h, b) = read_response(&mut c, &mut buf, "HEAD").await;
+    assert_eq!((h.status, b.len()), (200, 0));
+    assert_eq!(header(&h, "content-length"), Some("5"));
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!(header(&h, "transfer-encoding"), Some("chunked"));
+    assert_eq!(b, pattern(12345));
+    let (h, b) = read_response(&mut c, &mut buf, "POST").await;
+    assert_eq!(h.status, 200);
+    assert_eq!(b, b"abcde");
+    // The connection is still usable (keep-alive).
+    c.write_all(format!("GET http://{o}/len/3 HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!((h.status, b), (200, pattern(3)));
+}
+
+#[tokio::test]
+async fn expect_continue_is_answered_by_the_edge() {
+    let p = pair(ConnectReply::Optimistic, 0, true).await;
+    let mut c = TcpStream::connect(p.edge).await.unwrap();
+    let o = p.origin;
+    c.write_all(
+        format!(
+            "PUT http://{o}/echo HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = BytesMut::new();
+    let interim = http1::read_response_head(&mut c, &mut buf, 65536)
+        .await
+        .unwrap();
+    assert_eq!(interim.status, 100);
+    c.write_all(b"data").await.unwrap();
+    let (h, b) = read_response(&mut c, &mut buf, "PUT").await;
+    assert_eq!((h.status, b.as_slice()), (200, &b"data"[..]));
+}
+
+#[tokio::test]
+async fn informational_responses_are_relayed() {
+    let p = pair(ConnectReply::Optimistic, 0, true).await;
+    let mut c = TcpStream::connect(p.edge).await.unwrap();
+    c.write_all(format!("GET http://{}/early-hints HTTP/1.1\r\n\r\n", p.origin).as_bytes())
+        .await
+        .unwrap();
+    let mut buf = BytesMut::new();
+    let hints = http1::read_response_head(&mut c, &mut buf, 65536)
+        .await
+        .unwrap();
+    assert_eq!(hints.status, 103);
+    assert!(header(&hints, "link").is_some());
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!((h.status, b.as_slice()), (200, &b"ok"[..]));
+}
+
+async fn one_shot(edge: SocketAddr, req: &[u8]) -> (ResponseHead, Vec<u8>) {
+    let mut c = TcpStream::connect(edge).await.unwrap();
+    c.write_all(req).await.unwrap();
+    let mut buf = BytesMut::new();
+    read_response(&mut c, &mut buf, "GET").await
+}
+
+#[tokio::test]
+async fn error_statuses_carry_a_reason() {
+    let p = pair(ConnectReply::Optimistic, 0, true).await;
+    let (h, b) = one_shot(p.edge, b"GET /relative HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(h.status, 400);
+    assert!(String::from_utf8_lossy(&b).contains("absolute"));
+    let (h, _) = one_shot(p.edge, b"GARBAGE\x01\r\n\r\n").await;
+    assert_eq!(h.status, 400);
+    let big = format!(
+        "GET http://{}/len/1 HTTP/1.1\r\nX-Big: {}\r\n\r\n",
+        p.origin,
+        "a".repeat(70_000)
+    );
+    let (h, _) = one_shot(p.edge, big.as_bytes()).await;
+    assert_eq!(h.status, 431);
+    // Refused connection: a port nothing listens on.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (h, b) = one_shot(
+        p.edge,
+        format!("GET http://{closed}/ HTTP/1.1\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(h.status, 502);
+    assert_eq!(header(&h, "x-longhaul-error"), Some("connect-failed"));
+    assert!(
+        String::from_utf8_lossy(&b).contains("refused"),
+        "{}",
+        String::from_utf8_lossy(&b)
+    );
+    // DNS failure (a 64-byte label is refused by the resolver library without a query).
+    let bad = format!("{}.example", "a".repeat(64));
+    let (h, _) = one_shot(
+        p.edge,
+        format!("GET http://{bad}/ HTTP/1.1\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert_eq!(h.status, 502);
+    assert_eq!(header(&h, "x-longhaul-error"), Some("dns-failed"));
+    // Origin timeout.
+    let (h, _) = one_shot(
+        p.edge,
+        format!("GET http://{}/slow HTTP/1.1\r\n\r\n", p.origin).as_bytes(),
+    )
+    .await;
+    assert_eq!(h.status, 504);
+}
+
+#[tokio::test]
+async fn forbidden_target_in_production_policy() {
+    let p = pair(ConnectReply::Optimistic, 0, false).await;
+    let (h, b) = one_shot(
+        p.edge,
+        format!("GET http://{}/len/1 HTTP/1.1\r\n\r\n", p.origin).as_bytes(),
+    )
+    .await;
+    assert_eq!(h.status, 403);
+    assert!(String::from_utf8_lossy(&b).contains("refused"));
+    let (h, _) = one_shot(p.edge, b"GET http://localhost:1/ HTTP/1.1\r\n\r\n").await;
+    assert_eq!(h.status, 403);
+}
+
+#[tokio::test]
+async fn cut_reply_resets_the_client_connection() {
+    let p = pair(ConnectReply::Optimistic, 0, true).await;
+    let mut c = TcpStream::connect(p.edge).await.unwrap();
+    c.write_all(format!("GET http://{}/cut HTTP/1.1\r\n\r\n", p.origin).as_bytes())
+        .await
+        .unwrap();
+    let mut buf = BytesMut::new();
+    let head = http1::read_response_head(&mut c, &mut buf, 65536)
+        .await
+        .unwrap();
+    assert_eq!(head.status, 200);
+    let kind = http1::response_body_kind("GET", &head).unwrap();
+    assert_eq!(kind, BodyKind::Length(100));
+    let mut dec = BodyDecoder::new(kind);
+    let mut got = 0;
+    let err = loop {
+        match dec.next(&mut c, &mut buf).await {
+            Ok(Some(p)) => got += p.len(),
+            Ok(None) => panic!("a cut reply looked complete"),
+            Err(e) => break e,
+        }
+    };
+    assert!(got < 100, "{err}");
+}
+
+#[tokio::test]
+async fn idempotent_request_is_retried_once() {
+    let p = pair(ConnectReply::Optimistic, 1, true).await;
+    let (h, b) = one_shot(
+        p.edge,
+        format!("GET http://{}/len/10 HTTP/1.1\r\n\r\n", p.origin).as_bytes(),
+    )
+    .await;
+    assert_eq!((h.status, b), (200, pattern(10)));
+    // Two failures in a row: the single retry fails too, and the client gets a 502.
+    let p = pair(ConnectReply::Optimistic, 2, true).await;
+    let (h, _) = one_shot(
+        p.edge,
+        format!("GET http://{}/len/10 HTTP/1.1\r\n\r\n", p.origin).as_bytes(),
+    )
+    .await;
+    assert_eq!(h.status, 502);
+    // A POST is not retried.
+    let p = pair(ConnectReply::Optimistic, 1, true).await;
+    let (h, _) = one_shot(
+        p.edge,
+        format!(
+            "POST http://{}/echo HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            p.origin
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(h.status, 502);
+}
+
+async fn echo_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = l.accept().await.unwrap();
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn connect_tunnels_both_modes() {
+    for mode in [ConnectReply::Optimistic, ConnectReply::AfterConnect] {
+        let p = pair(mode, 0, true).await;
+        let echo = echo_server().await;
+        let mut c = TcpStream::connect(p.edge).await.unwrap();
+        c.write_all(format!("CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut buf = BytesMut::new();
+        let h = http1::read_response_head(&mut c, &mut buf, 65536)
+            .await
+            .unwrap();
+        assert_eq!(h.status, 200, "{mode:?}");
+        let data = pattern(200_000);
+        let (mut r, mut w) = c.into_split();
+        let writer = tokio::spawn(async move {
+            w.write_all(&data).await.unwrap();
+            w.shutdown().await.unwrap();
+        });
+        let mut got = buf.to_vec();
+        r.read_to_end(&mut got).await.unwrap();
+        writer.await.unwrap();
+        assert_eq!(got, pattern(200_000), "{mode:?}");
+
+        // Far side refuses: optimistic mode closes the tunnel; after-connect answers 502.
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut c = TcpStream::connect(p.edge).await.unwrap();
+        c.write_all(format!("CONNECT {closed} HTTP/1.1\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut buf = BytesMut::new();
+        let h = http1::read_response_head(&mut c, &mut buf, 65536)
+            .await
+            .unwrap();
+        match mode {
+            ConnectReply::Optimistic => {
+                assert_eq!(h.status, 200);
+                let mut rest = Vec::new();
+                let _ = c.read_to_end(&mut rest).await;
+                assert!(rest.is_empty());
+            }
+            ConnectReply::AfterConnect => {
+                assert_eq!(h.status, 502);
+                assert_eq!(header(&h, "x-longhaul-error"), Some("connect-failed"));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn forbidden_client_and_connect_port_get_403() {
+    let p = pair_with(0, true, |s| {
+        s.allowed_clients = vec!["10.0.0.0/8".parse().unwrap()]
+    })
+    .await;
+    let (h, b) = one_shot(p.edge, b"GET http://example.com/ HTTP/1.1\r\n\r\n").await;
+    assert_eq!(h.status, 403);
+    assert!(String::from_utf8_lossy(&b).contains("not allowed"));
+    let p = pair_with(0, true, |s| s.connect_ports = vec![443]).await;
+    let (h, _) = one_shot(p.edge, b"CONNECT example.com:25 HTTP/1.1\r\n\r\n").await;
+    assert_eq!(h.status, 403);
+    assert_eq!(header(&h, "x-longhaul-error"), Some("forbidden-target"));
+}
