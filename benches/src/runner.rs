@@ -257,11 +257,16 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
         .map(|w| w.id.clone());
     let probe_w = probe_w.unwrap_or_else(|| all[0].id.clone());
 
-    let _remote = if suite.systems.iter().any(|s| s.id == "longhaul-tcp") {
-        Some(systems::start_longhaul_remote(bed, dir)?)
-    } else {
-        None
-    };
+    let mut remotes = Vec::new();
+    for c in systems::CONGESTION {
+        if suite
+            .systems
+            .iter()
+            .any(|s| s.id == "longhaul-tcp" && s.params.congestion.as_deref().unwrap_or("bbr") == c)
+        {
+            remotes.push(systems::start_longhaul_remote(bed, dir, c)?);
+        }
+    }
     let mut rows = Vec::new();
     let mut running: Vec<Running> = Vec::new();
     let mut lh = 0;

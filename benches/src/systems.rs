@@ -316,16 +316,38 @@ impl Drop for LonghaulRemote {
     }
 }
 
-/// Starts longhaul's remote-proxy in the remote namespace.
-pub fn start_longhaul_remote(bed: &dyn Bed, dir: &Path) -> Result<LonghaulRemote> {
-    let d = own_dir(dir, "longhaul-remote")?;
+/// Congestion controls the remote-proxies are started with; the remote for `CONGESTION[i]`
+/// listens on `PORTS.longhaul_remote + i` (the far side sends most bytes, so each congestion
+/// control gets its own remote-proxy).
+pub const CONGESTION: [&str; 3] = ["bbr", "cubic", "reno"];
+
+/// Port of the remote-proxy running `congestion`.
+pub fn longhaul_remote_port(congestion: &str) -> Result<u16> {
+    let i = CONGESTION
+        .iter()
+        .position(|c| *c == congestion)
+        .with_context(|| {
+            format!("unknown congestion control {congestion:?} (one of {CONGESTION:?})")
+        })?;
+    Ok(PORTS.longhaul_remote + i as u16)
+}
+
+/// Starts longhaul's remote-proxy with `congestion` in the remote namespace.
+pub fn start_longhaul_remote(
+    bed: &dyn Bed,
+    dir: &Path,
+    congestion: &str,
+) -> Result<LonghaulRemote> {
+    let d = own_dir(dir, &format!("longhaul-remote-{congestion}"))?;
     let link = bed.link();
-    let listen = SocketAddr::new(bed.addr(Node::Remote), PORTS.longhaul_remote);
+    let listen = SocketAddr::new(bed.addr(Node::Remote), longhaul_remote_port(congestion)?);
     let bin = longhaul_bin("remote-proxy")?;
     let args = vec![
         "--listen".into(),
         listen.to_string(),
         "--allow-private-targets".into(),
+        "--congestion".into(),
+        congestion.into(),
         "--link-rtt-ms".into(),
         format!("{:.0}", link.long_rtt_ms.max(1.0)),
         "--link-rate-mbit".into(),
@@ -420,7 +442,11 @@ pub fn start(
                 "--listen".into(),
                 listen.to_string(),
                 "--remote".into(),
-                SocketAddr::new(remote, PORTS.longhaul_remote).to_string(),
+                SocketAddr::new(
+                    remote,
+                    longhaul_remote_port(p.congestion.as_deref().unwrap_or("bbr"))?,
+                )
+                .to_string(),
                 "--connections".into(),
                 p.pool_size.unwrap_or(10).to_string(),
                 "--policy".into(),
