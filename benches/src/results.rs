@@ -248,6 +248,82 @@ pub fn sort(rows: &mut [Row]) {
     });
 }
 
+/// One of longhaul's expected results, read from measured rows (never asserted in a test that
+/// measures time).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetCheck {
+    /// What is expected.
+    pub what: String,
+    /// The measured value, when the rows hold it.
+    pub measured: Option<f64>,
+    /// The bound.
+    pub bound: f64,
+    /// `Some(true)` met, `Some(false)` missed, `None` not measured in this run.
+    pub met: Option<bool>,
+}
+
+/// longhaul's expectations on `pacific` for the Yahoo page with the replay client: median PLT at
+/// most 0.5 × direct over HTTP and 0.6 × direct over HTTPS, and below the Squid chain and the
+/// HAProxy chain. The longhaul variant judged is the best measured one.
+pub fn targets(rows: &[Row]) -> Vec<TargetCheck> {
+    let best = |system: &str, scheme: &str, f: fn(&Row) -> Option<f64>| -> Option<f64> {
+        rows.iter()
+            .filter(|r| {
+                r.profile == "pacific"
+                    && r.workload == "yahoo"
+                    && r.client == "replay"
+                    && r.scheme == scheme
+                    && r.system == system
+                    && r.measured
+                    && r.params.initcwnd.is_none()
+            })
+            .filter_map(f)
+            .min_by(f64::total_cmp)
+    };
+    let mut out = Vec::new();
+    for (scheme, bound) in [("http", 0.5), ("https", 0.6)] {
+        let m = best("longhaul-tcp", scheme, |r| r.ratio_to_direct);
+        out.push(TargetCheck {
+            what: format!("pacific yahoo {scheme}: longhaul-tcp median / direct median ≤ {bound}"),
+            measured: m,
+            bound,
+            met: m.map(|v| v <= bound),
+        });
+    }
+    for peer in ["squid-chain", "haproxy-h2"] {
+        for scheme in ["http", "https"] {
+            let l = best("longhaul-tcp", scheme, |r| r.plt_ms_median);
+            let p = best(peer, scheme, |r| r.plt_ms_median);
+            let ratio = crate::stats::ratio(l, p);
+            out.push(TargetCheck {
+                what: format!("pacific yahoo {scheme}: longhaul-tcp median / {peer} median < 1"),
+                measured: ratio,
+                bound: 1.0,
+                met: ratio.map(|v| v < 1.0),
+            });
+        }
+    }
+    out
+}
+
+/// The expectations as a markdown list.
+pub fn targets_markdown(rows: &[Row]) -> String {
+    let mut s = String::from("\n## Expected of longhaul (pacific, yahoo, replay)\n\n");
+    for t in targets(rows) {
+        let verdict = match t.met {
+            Some(true) => "met",
+            Some(false) => "**missed**",
+            None => "not measured in this run",
+        };
+        let v = t
+            .measured
+            .map(|v| format!("{v:.2}"))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(s, "- {}: measured {v} — {verdict}", t.what);
+    }
+    s
+}
+
 /// Checks the invariants of `results.json` rows (used on load and in tests).
 pub fn validate(rows: &[Row]) -> Result<()> {
     for r in rows {
@@ -340,6 +416,12 @@ pub fn markdown_summary(title: &str, preamble: &str, rows: &[Row]) -> String {
                 r.note.as_deref().unwrap_or("")
             );
         }
+    }
+    if rows
+        .iter()
+        .any(|r| r.profile == "pacific" && r.workload == "yahoo")
+    {
+        s.push_str(&targets_markdown(rows));
     }
     let errs: Vec<&Row> = rows.iter().filter(|r| !r.errors.is_empty()).collect();
     if !errs.is_empty() {
@@ -450,6 +532,33 @@ mod tests {
         let md = markdown_summary("t", "p", &r);
         assert!(md.contains("| pacific | yahoo | replay | http | longhaul-tcp | N=10 bbr least-outstanding | 3 (1 failed) | 450 |"), "{md}");
         assert!(md.contains("computed"));
+    }
+
+    #[test]
+    fn targets_are_read_from_the_rows() {
+        let mut r = rows();
+        fill_ratios(&mut r);
+        let t = targets(&r);
+        // http: 450 / 1100 = 0.41 <= 0.5.
+        assert_eq!(t[0].met, Some(true));
+        assert!((t[0].measured.unwrap() - 450.0 / 1100.0).abs() < 1e-9);
+        // https: no longhaul row.
+        assert_eq!(t[1].met, None);
+        // No peers measured.
+        assert!(t[2..].iter().all(|c| c.met.is_none()));
+        r.push(Row::measured(
+            "pacific",
+            "yahoo",
+            "replay",
+            "squid-chain",
+            Params::default(),
+            "http",
+            vec![400.0],
+            vec![],
+        ));
+        let t = targets(&r);
+        assert_eq!(t[2].met, Some(false));
+        assert!(targets_markdown(&r).contains("**missed**"));
     }
 
     #[test]
