@@ -199,7 +199,13 @@ fn defaults(name: &str) -> Defaults {
         "quick" => d(
             strs(&["pacific"]),
             strs(&["yahoo", "google", "amazon"]),
-            strs(&["direct", "single-proxy", "squid-chain", "haproxy-h2", "longhaul-tcp"]),
+            strs(&[
+                "direct",
+                "single-proxy",
+                "squid-chain",
+                "haproxy-h2",
+                "longhaul-tcp",
+            ]),
             5,
             strs(&["replay", "chromium"]),
             strs(&["yahoo"]),
