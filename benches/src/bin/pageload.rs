@@ -35,7 +35,7 @@ enum Cmd {
         write: Option<PathBuf>,
     },
     /// Quick suite: pacific; yahoo, google, amazon; direct, single-proxy, squid-chain,
-    /// longhaul-tcp; replay over http and https, Chromium on yahoo; 5 repetitions.
+    /// haproxy-h2, longhaul-tcp; replay over http and https, Chromium on yahoo; 5 repetitions.
     Quick(SuiteArgs),
     /// Full suite: every profile, page and system, longhaul's pool sizes, 10 repetitions.
     Full(SuiteArgs),
@@ -399,6 +399,7 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     }
     if name == "demo" {
         print!("{}", results::markdown_table(&rows));
+        print!("{}", results::targets_markdown(&rows));
     } else {
         println!("{}", out.join("summary.md").display());
     }
