@@ -16,6 +16,16 @@
 //!   (`SO_ORIGINAL_DST` / `IP6T_SO_ORIGINAL_DST`).
 //! * [`open_tun`]: opens `/dev/net/tun` and attaches it to a named TUN interface
 //!   without packet information (`IFF_TUN | IFF_NO_PI`).
+//! * [`unshare_net`] and [`setns_net`]: move the calling *thread* into a new or an
+//!   existing network namespace (the test bed's namespaces).
+//! * [`wait_readable`]: `ppoll` on one descriptor with a nanosecond timeout (the
+//!   link emulator's deadline sleep).
+//! * [`set_thread_realtime`], [`set_thread_nice`] and [`set_timer_slack`]: scheduling of the calling thread
+//!   (the emulator's threads ask for a higher share and tight timers).
+//! * [`set_window_clamp`]: `TCP_WINDOW_CLAMP`, caps the receive window a socket advertises.
+//! * [`block_signals`], [`wait_signal`] and [`send_signal`]: synchronous signal handling
+//!   (`pthread_sigmask`, `sigwaitinfo`, `kill`) for command-line tools that must tear down
+//!   on Ctrl-C.
 //!
 //! It does not wrap anything that `socket2`, `std` or `tokio` already expose safely.
 //! Linux only.
@@ -245,6 +255,153 @@ pub fn dup(fd: impl AsFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
+/// Moves the calling thread into a new, empty network namespace (`unshare(CLONE_NEWNET)`).
+///
+/// Only the calling thread changes namespace; other threads of the process are not
+/// affected. Needs `CAP_SYS_ADMIN` in the caller's user namespace.
+pub fn unshare_net() -> io::Result<()> {
+    // SAFETY: `unshare` takes a flag word and touches no memory of ours.
+    check(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
+    Ok(())
+}
+
+/// Moves the calling thread into the network namespace that `ns` (an open
+/// `/proc/.../ns/net` file) refers to (`setns(fd, CLONE_NEWNET)`).
+pub fn setns_net(ns: impl AsFd) -> io::Result<()> {
+    // SAFETY: `setns` on a live descriptor; it touches no memory of ours.
+    check(unsafe { libc::setns(ns.as_fd().as_raw_fd(), libc::CLONE_NEWNET) })?;
+    Ok(())
+}
+
+/// Waits until `fd` is readable or `timeout` passes (`ppoll`, nanosecond resolution).
+/// Returns `true` if readable (or in an error/hang-up state a read will report).
+/// A zero timeout only checks. `EINTR` is reported as "not readable".
+pub fn wait_readable(fd: impl AsFd, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: one valid `pollfd` and one valid `timespec`, both live across the
+    // call; a null signal mask leaves the mask unchanged.
+    let ret = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    if ret < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(ret > 0 && pfd.revents != 0)
+}
+
+/// Moves the calling thread to `SCHED_FIFO` at `priority` (1..=99), so its timer
+/// wake-ups preempt ordinary work. Needs `CAP_SYS_NICE` (or an RT rlimit).
+pub fn set_thread_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: `pthread_self` is always valid for the calling thread; `param` is a
+    // valid `sched_param` that lives across the call.
+    let ret =
+        unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(())
+}
+
+/// Sets the nice value of the calling thread only (`setpriority(PRIO_PROCESS, tid)`).
+/// Negative values need `CAP_SYS_NICE`.
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: `gettid` has no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: `setpriority` takes integers and touches no memory of ours.
+    check(unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) })?;
+    Ok(())
+}
+
+/// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`), in nanoseconds (≥ 1).
+pub fn set_timer_slack(ns: u64) -> io::Result<()> {
+    let ns = libc::c_ulong::try_from(ns.max(1)).unwrap_or(libc::c_ulong::MAX);
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument; the rest are ignored.
+    check(unsafe {
+        libc::prctl(
+            libc::PR_SET_TIMERSLACK,
+            ns,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })?;
+    Ok(())
+}
+
+/// Sets `TCP_WINDOW_CLAMP`: the socket never advertises a receive window above `bytes`.
+pub fn set_window_clamp(fd: impl AsFd, bytes: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt_int(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, v)
+}
+
+fn sigset(signals: &[libc::c_int]) -> io::Result<libc::sigset_t> {
+    let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
+    // SAFETY: `sigemptyset` initialises the set it is given, which is ours.
+    check(unsafe { libc::sigemptyset(set.as_mut_ptr()) })?;
+    for &s in signals {
+        // SAFETY: the set was initialised above; `sigaddset` validates `s`.
+        check(unsafe { libc::sigaddset(set.as_mut_ptr(), s) })?;
+    }
+    // SAFETY: initialised by `sigemptyset` above.
+    Ok(unsafe { set.assume_init() })
+}
+
+/// Blocks `signals` in the calling thread (`pthread_sigmask(SIG_BLOCK)`); threads
+/// spawned afterwards inherit the mask. Pair with [`wait_signal`].
+pub fn block_signals(signals: &[libc::c_int]) -> io::Result<()> {
+    let set = sigset(signals)?;
+    // SAFETY: a valid, initialised set; a null old-set pointer is allowed.
+    let ret = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(())
+}
+
+/// Waits for one of `signals` (which must be blocked, see [`block_signals`]) and
+/// returns its number (`sigwaitinfo`).
+pub fn wait_signal(signals: &[libc::c_int]) -> io::Result<libc::c_int> {
+    let set = sigset(signals)?;
+    loop {
+        // SAFETY: a valid set; a null info pointer is allowed.
+        let ret = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+        if ret >= 0 {
+            return Ok(ret);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Sends `signal` to process `pid` (`kill`). Refuses pids that would address a
+/// process group or every process (`pid <= 0`).
+pub fn send_signal(pid: i32, signal: libc::c_int) -> io::Result<()> {
+    if pid <= 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "pid must be positive",
+        ));
+    }
+    // SAFETY: `kill` takes two integers and touches no memory of ours.
+    check(unsafe { libc::kill(pid, signal) })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +443,25 @@ mod tests {
             Ok(addr) => assert_eq!(addr, l.local_addr().unwrap()),
             Err(e) => assert!(e.raw_os_error().is_some()),
         }
+    }
+
+    #[test]
+    fn wait_readable_times_out_and_sees_data() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let t = std::time::Instant::now();
+        assert!(!wait_readable(&s, std::time::Duration::from_millis(20)).unwrap());
+        assert!(t.elapsed() >= std::time::Duration::from_millis(19));
+        c.write_all(b"x").unwrap();
+        assert!(wait_readable(&s, std::time::Duration::from_secs(5)).unwrap());
+        set_window_clamp(&s, 32767).unwrap();
+    }
+
+    #[test]
+    fn signal_to_invalid_pid_is_refused() {
+        assert!(send_signal(0, libc::SIGTERM).is_err());
+        assert!(send_signal(-1, libc::SIGTERM).is_err());
     }
 
     #[test]

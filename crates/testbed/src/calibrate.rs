@@ -1,0 +1,372 @@
+//! Measurements across the long link (edge ↔ remote) against the profile: RTT by TCP
+//! ping-pong, goodput of one bulk TCP flow after slow start, and loss over a train of
+//! UDP packets. Everything runs in this process: sockets are opened on threads inside
+//! the namespaces ([`Topology::run_in`]).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use serde::Serialize;
+use socket2::Socket;
+
+use crate::topology::{Node, Topology, EDGE_LONG_ADDR, REMOTE_LONG_ADDR};
+
+/// Ping-pong samples for the RTT (the calibration uses the median).
+pub const DEFAULT_RTT_SAMPLES: usize = 20;
+/// UDP packets sent for the loss measurement.
+pub const DEFAULT_LOSS_PACKETS: u32 = 10_000;
+/// UDP payload of the loss probes (sequence number plus padding).
+pub const LOSS_PAYLOAD: usize = 64;
+/// Highest probe rate of the loss measurement, packets/s: slow enough that neither
+/// the receiving socket nor the emulator loop drops anything on a loaded machine
+/// (10 000 probes take 2 s).
+pub const DEFAULT_LOSS_PROBE_PPS: f64 = 5000.0;
+/// TCP payload per full-size packet at MTU 1500 with timestamps (1500 − 20 − 20 − 12):
+/// the link rate counts whole IP packets, so one TCP flow's goodput ceiling is
+/// `rate × TCP_PAYLOAD / MTU` (96.5 % of the rate).
+pub const TCP_PAYLOAD: u64 = 1448;
+/// Bytes one bulk write hands the kernel.
+const WRITE_CHUNK: usize = 64 * 1024;
+/// How often a flight-limited sender looks for acknowledged bytes.
+const FLIGHT_POLL: Duration = Duration::from_micros(200);
+/// Longest any single blocking socket call of a measurement may take.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Options of a goodput measurement.
+#[derive(Debug, Clone)]
+pub struct GoodputOptions {
+    /// Congestion control of the sender (`None`: the namespace default).
+    pub congestion_control: Option<String>,
+    /// Caps the bytes the sender keeps outstanding (unacknowledged plus unsent, read
+    /// with `SIOCOUTQ`), as a receive window of this many bytes would. Enforced by the
+    /// sending application because this kernel does not keep the advertised window
+    /// under `TCP_WINDOW_CLAMP` or a small `SO_RCVBUF` (see the README).
+    pub max_flight_bytes: Option<u32>,
+    /// Time after the first byte that is not counted (slow start, startup).
+    pub warmup: Duration,
+    /// Counted interval.
+    pub duration: Duration,
+}
+
+impl GoodputOptions {
+    /// Warm-up of max(2 s, 20 RTT) and a measured interval of max(4 s, 10 RTT).
+    pub fn for_profile(topo: &Topology) -> GoodputOptions {
+        let rtt = topo.profile().rtt();
+        GoodputOptions {
+            congestion_control: None,
+            max_flight_bytes: None,
+            warmup: (rtt * 20).max(Duration::from_secs(2)),
+            duration: (rtt * 10).max(Duration::from_secs(4)),
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Median of samples (upper median for even counts is not used: mean of the two middle).
+pub fn median(samples: &[Duration]) -> Duration {
+    let mut v = samples.to_vec();
+    v.sort();
+    match v.len() {
+        0 => Duration::ZERO,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2,
+    }
+}
+
+/// Round trips of a 1-byte TCP ping-pong from edge to remote (`TCP_NODELAY`), after one
+/// unrecorded warm-up exchange.
+pub fn rtt_samples(topo: &Topology, samples: usize) -> anyhow::Result<Vec<Duration>> {
+    let listener = topo.run_in(Node::Remote, || TcpListener::bind((REMOTE_LONG_ADDR, 0)))??;
+    let addr = listener.local_addr()?;
+    let server = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(IO_TIMEOUT))?;
+        let mut b = [0u8; 1];
+        loop {
+            match s.read(&mut b)? {
+                0 => return Ok(()),
+                _ => s.write_all(&b)?,
+            }
+        }
+    });
+    let mut c = topo.run_in(Node::Edge, || TcpStream::connect_timeout(&addr, IO_TIMEOUT))??;
+    c.set_nodelay(true)?;
+    c.set_read_timeout(Some(IO_TIMEOUT))?;
+    let mut out = Vec::with_capacity(samples);
+    let mut b = [7u8; 1];
+    for i in 0..=samples {
+        let t = Instant::now();
+        c.write_all(&b)?;
+        c.read_exact(&mut b).context("ping-pong reply")?;
+        if i > 0 {
+            out.push(t.elapsed());
+        }
+    }
+    drop(c);
+    server
+        .join()
+        .map_err(|_| anyhow::anyhow!("ping-pong server panicked"))?
+        .context("ping-pong server")?;
+    Ok(out)
+}
+
+/// Goodput (bit/s of TCP payload) of one bulk flow remote → edge, counted over
+/// `opts.duration` after `opts.warmup` from the first byte received.
+pub fn goodput(topo: &Topology, opts: &GoodputOptions) -> anyhow::Result<f64> {
+    let listener = topo.run_in(Node::Remote, || TcpListener::bind((REMOTE_LONG_ADDR, 0)))??;
+    let addr = listener.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender_stop = stop.clone();
+    let cc = opts.congestion_control.clone();
+    let max_flight = opts.max_flight_bytes.map(u64::from);
+    let sender = std::thread::spawn(move || -> anyhow::Result<()> {
+        let (s, _) = listener.accept()?;
+        let s = Socket::from(s);
+        if let Some(cc) = cc {
+            s.set_tcp_congestion(cc.as_bytes())
+                .with_context(|| format!("congestion control {cc:?}"))?;
+        }
+        s.set_write_timeout(Some(IO_TIMEOUT))?;
+        let mut s = TcpStream::from(s);
+        let chunk = vec![0x5au8; WRITE_CHUNK];
+        while !sender_stop.load(Ordering::Relaxed) {
+            let n = match max_flight {
+                None => WRITE_CHUNK,
+                Some(max) => {
+                    s.set_nodelay(true)?;
+                    let outstanding = netsys::send_queue_bytes(&s)?;
+                    if outstanding >= max {
+                        std::thread::sleep(FLIGHT_POLL);
+                        continue;
+                    }
+                    ((max - outstanding) as usize).min(WRITE_CHUNK)
+                }
+            };
+            if s.write_all(&chunk[..n]).is_err() {
+                break; // the receiver closed: done
+            }
+        }
+        Ok(())
+    });
+    let stream = topo.run_in(Node::Edge, || TcpStream::connect_timeout(&addr, IO_TIMEOUT))??;
+    let result = receive(stream, opts);
+    stop.store(true, Ordering::Relaxed);
+    sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("bulk sender panicked"))??;
+    result
+}
+
+fn receive(mut s: TcpStream, opts: &GoodputOptions) -> anyhow::Result<f64> {
+    s.set_read_timeout(Some(IO_TIMEOUT))?;
+    let mut buf = vec![0u8; 256 * 1024];
+    let n = s.read(&mut buf)?;
+    ensure!(n > 0, "bulk sender closed before sending");
+    let first = Instant::now();
+    let start = first + opts.warmup;
+    let end = start + opts.duration;
+    let mut counted: u64 = 0;
+    loop {
+        let n = s.read(&mut buf)?;
+        ensure!(n > 0, "bulk sender closed early");
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        if now >= start {
+            counted += n as u64;
+        }
+    }
+    Ok(counted as f64 * 8.0 / opts.duration.as_secs_f64())
+}
+
+/// Result of a loss measurement.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LossMeasurement {
+    /// Probes sent.
+    pub sent: u32,
+    /// Distinct probes received.
+    pub received: u32,
+}
+
+impl LossMeasurement {
+    /// Fraction lost.
+    pub fn rate(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            1.0 - f64::from(self.received) / f64::from(self.sent)
+        }
+    }
+}
+
+/// Sends `packets` UDP probes remote → edge, paced at half the down rate (at most
+/// [`DEFAULT_LOSS_PROBE_PPS`]) so no queue overflows, and counts the distinct ones that
+/// arrive.
+pub fn loss(topo: &Topology, packets: u32) -> anyhow::Result<LossMeasurement> {
+    let rx = topo.run_in(Node::Edge, || UdpSocket::bind((EDGE_LONG_ADDR, 0)))??;
+    let rx_addr = rx.local_addr()?;
+    let tx = topo.run_in(Node::Remote, || UdpSocket::bind((REMOTE_LONG_ADDR, 0)))??;
+    let wire_bits = ((LOSS_PAYLOAD + 28) * 8) as f64;
+    let rate = topo.profile().down.rate_bps.unwrap_or(1_000_000_000) as f64;
+    let interval =
+        Duration::from_secs_f64((wire_bits / (rate / 2.0)).max(1.0 / DEFAULT_LOSS_PROBE_PPS));
+    let done = Arc::new(AtomicBool::new(false));
+    let rx_done = done.clone();
+    let linger = topo.profile().rtt() + topo.profile().down.jitter + Duration::from_millis(500);
+    let receiver = std::thread::spawn(move || -> std::io::Result<u32> {
+        rx.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let mut seen = vec![false; packets as usize];
+        let mut received = 0;
+        let mut buf = [0u8; 2048];
+        let mut idle_since = Instant::now();
+        loop {
+            match rx.recv(&mut buf) {
+                Ok(n) if n >= 4 => {
+                    idle_since = Instant::now();
+                    let seq = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+                    if seq < seen.len() && !seen[seq] {
+                        seen[seq] = true;
+                        received += 1;
+                    }
+                }
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+            if rx_done.load(Ordering::Relaxed) && idle_since.elapsed() > linger {
+                return Ok(received);
+            }
+        }
+    });
+    let mut payload = [0u8; LOSS_PAYLOAD];
+    let t0 = Instant::now();
+    for seq in 0..packets {
+        let due = t0 + interval * seq;
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        payload[..4].copy_from_slice(&seq.to_be_bytes());
+        tx.send_to(&payload, rx_addr)?;
+    }
+    done.store(true, Ordering::Relaxed);
+    let received = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("loss receiver panicked"))??;
+    Ok(LossMeasurement {
+        sent: packets,
+        received,
+    })
+}
+
+/// What the profile says the measurements should be.
+#[derive(Debug, Clone, Serialize)]
+pub struct Expected {
+    /// Profile name.
+    pub name: String,
+    /// Long-link propagation RTT, ms.
+    pub rtt_ms: f64,
+    /// Down rate (remote → edge), Mbit/s of IP packets.
+    pub rate_mbps: Option<f64>,
+    /// Up rate (edge → remote), Mbit/s.
+    pub up_rate_mbps: Option<f64>,
+    /// One TCP flow's payload ceiling down: rate × 1448/1500, Mbit/s.
+    pub goodput_ceiling_mbps: Option<f64>,
+    /// Mean loss rate of the down direction's model.
+    pub loss_rate: f64,
+    /// Down queue, bytes.
+    pub queue_bytes: u64,
+    /// Congestion control of the namespaces.
+    pub congestion_control: String,
+}
+
+/// Emulator timing of the long link during a calibration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Timing {
+    /// 99th percentile of delivery lateness (both directions), µs.
+    pub late_p99_us: f64,
+    /// Largest delivery lateness, µs.
+    pub late_max_us: f64,
+    /// Packets dropped by the drop-tail queue (both directions).
+    pub dropped_queue: u64,
+    /// Packets dropped by the loss model (both directions).
+    pub dropped_loss: u64,
+}
+
+/// A calibration run's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Calibration {
+    /// Median ping-pong RTT, ms.
+    pub rtt_ms: f64,
+    /// Every RTT sample, ms.
+    pub rtt_samples_ms: Vec<f64>,
+    /// One flow's goodput after slow start, Mbit/s.
+    pub goodput_mbps: f64,
+    /// Congestion control of that flow.
+    pub goodput_cc: String,
+    /// Measured loss rate.
+    pub loss_rate: f64,
+    /// The loss measurement's counts.
+    pub loss: LossMeasurement,
+    /// The profile's own values.
+    pub profile: Expected,
+    /// How punctual the emulator was.
+    pub emulator: Timing,
+}
+
+/// The profile's expected figures.
+pub fn expected(topo: &Topology) -> Expected {
+    let p = topo.profile();
+    let mbps = |r: Option<u64>| r.map(|r| r as f64 / 1e6);
+    Expected {
+        name: p.name.clone(),
+        rtt_ms: ms(p.rtt()),
+        rate_mbps: mbps(p.down.rate_bps),
+        up_rate_mbps: mbps(p.up.rate_bps),
+        goodput_ceiling_mbps: mbps(p.down.rate_bps).map(|r| r * TCP_PAYLOAD as f64 / 1500.0),
+        loss_rate: p.down.loss.mean_loss(),
+        queue_bytes: p.down.queue_bytes,
+        congestion_control: p.congestion_control.clone(),
+    }
+}
+
+/// Runs the three measurements in turn: RTT (median of `rtt_n`), one BBR flow's
+/// goodput, and loss over `loss_n` probes.
+pub fn calibrate(topo: &Topology, rtt_n: usize, loss_n: u32) -> anyhow::Result<Calibration> {
+    let samples = rtt_samples(topo, rtt_n)?;
+    let mut opts = GoodputOptions::for_profile(topo);
+    opts.congestion_control = Some("bbr".to_string());
+    let goodput_bps = goodput(topo, &opts)?;
+    let loss = loss(topo, loss_n)?;
+    let (down, up) = topo.long_link_stats();
+    let mut both = down.clone();
+    both.merge(&up);
+    Ok(Calibration {
+        rtt_ms: ms(median(&samples)),
+        rtt_samples_ms: samples.iter().map(|d| ms(*d)).collect(),
+        goodput_mbps: goodput_bps / 1e6,
+        goodput_cc: "bbr".to_string(),
+        loss_rate: loss.rate(),
+        loss,
+        profile: expected(topo),
+        emulator: Timing {
+            late_p99_us: both.late_quantile_ns(0.99) as f64 / 1000.0,
+            late_max_us: both.max_late_ns as f64 / 1000.0,
+            dropped_queue: both.model.dropped_queue,
+            dropped_loss: both.model.dropped_loss,
+        },
+    })
+}

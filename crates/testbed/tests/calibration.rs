@@ -1,0 +1,241 @@
+//! Calibration of the emulated long link against its profiles, and the topology's
+//! plumbing. These need network namespaces: they run as root, re-run themselves in an
+//! unprivileged user namespace, or skip loudly (fail with LONGHAUL_REQUIRE_NETNS=1).
+//! The timing tests take a lock so they never compete with each other for the CPU.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use testbed::calibrate::{self, GoodputOptions, DEFAULT_LOSS_PACKETS, TCP_PAYLOAD};
+use testbed::{netns_test_gate, Node, Profile, ProfileSpec, Topology};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn check_rtt(name: &str) {
+    let topo = Topology::up(&Profile::named(name).unwrap()).unwrap();
+    let samples = calibrate::rtt_samples(&topo, 20).unwrap();
+    let median = calibrate::median(&samples);
+    let want = topo.profile().rtt();
+    let err = median.as_secs_f64() - want.as_secs_f64();
+    eprintln!("{name}: RTT median {median:?} (profile {want:?}), samples {samples:?}");
+    assert!(
+        err.abs() <= 0.001,
+        "{name}: median RTT {median:?} is not within 1 ms of {want:?}"
+    );
+    topo.down().unwrap();
+}
+
+#[test]
+fn rtt_is_profile_rtt_within_1ms() {
+    let _g = serial();
+    if !netns_test_gate("rtt_is_profile_rtt_within_1ms") {
+        return;
+    }
+    check_rtt("us-nz-1999");
+    check_rtt("pacific");
+}
+
+#[test]
+fn one_bbr_flow_on_pacific_reaches_the_rate_within_3_percent() {
+    let _g = serial();
+    if !netns_test_gate("one_bbr_flow_on_pacific_reaches_the_rate_within_3_percent") {
+        return;
+    }
+    let topo = Topology::up(&Profile::named("pacific").unwrap()).unwrap();
+    let mut opts = GoodputOptions::for_profile(&topo);
+    opts.congestion_control = Some("bbr".into());
+    let bps = calibrate::goodput(&topo, &opts).unwrap();
+    // The rate counts whole 1500-byte IP packets; a TCP flow carries 1448 of them.
+    let rate = topo.profile().down.rate_bps.unwrap() as f64;
+    let ceiling = rate * TCP_PAYLOAD as f64 / 1500.0;
+    eprintln!(
+        "pacific BBR goodput {:.2} Mbit/s; payload ceiling {:.2}; {:?}",
+        bps / 1e6,
+        ceiling / 1e6,
+        topo.long_link_stats().0.model
+    );
+    assert!(
+        (bps / ceiling - 1.0).abs() <= 0.03,
+        "goodput {:.2} Mbit/s not within 3% of {:.2}",
+        bps / 1e6,
+        ceiling / 1e6
+    );
+    topo.down().unwrap();
+}
+
+#[test]
+fn window_of_32767_bytes_on_us_nz_1999_plateaus_near_2_2_mbit() {
+    let _g = serial();
+    if !netns_test_gate("window_of_32767_bytes_on_us_nz_1999_plateaus_near_2_2_mbit") {
+        return;
+    }
+    let topo = Topology::up(&Profile::named("us-nz-1999").unwrap()).unwrap();
+    let mut opts = GoodputOptions::for_profile(&topo);
+    opts.max_flight_bytes = Some(32_767);
+    let bps = calibrate::goodput(&topo, &opts).unwrap();
+    eprintln!(
+        "us-nz-1999 with a 32767-byte window: {:.3} Mbit/s",
+        bps / 1e6
+    );
+    // Seed 001: 32767 × 8 / 0.120 s = 2.2 Mbit/s.
+    assert!(
+        (bps / 2.2e6 - 1.0).abs() <= 0.10,
+        "{:.3} Mbit/s is not within 10% of 2.2",
+        bps / 1e6
+    );
+    topo.down().unwrap();
+}
+
+fn check_loss(profile: Profile) {
+    let topo = Topology::up(&profile).unwrap();
+    let m = calibrate::loss(&topo, DEFAULT_LOSS_PACKETS).unwrap();
+    let want = profile.down.loss.mean_loss();
+    eprintln!(
+        "{}: lost {} of {} = {:.4} (profile {want})",
+        profile.name,
+        m.sent - m.received,
+        m.sent,
+        m.rate()
+    );
+    assert!(
+        (m.rate() / want - 1.0).abs() <= 0.20,
+        "{}: loss {:.4} not within 20% of {want}",
+        profile.name,
+        m.rate()
+    );
+    topo.down().unwrap();
+}
+
+#[test]
+fn loss_over_10000_packets_is_the_profile_rate_within_20_percent() {
+    let _g = serial();
+    if !netns_test_gate("loss_over_10000_packets_is_the_profile_rate_within_20_percent") {
+        return;
+    }
+    check_loss(Profile::named("lossy").unwrap());
+    check_loss(Profile::named("lossy-3").unwrap());
+}
+
+#[test]
+fn topology_routes_resolves_and_leaves_nothing_behind() {
+    let _g = serial();
+    if !netns_test_gate("topology_routes_resolves_and_leaves_nothing_behind") {
+        return;
+    }
+    let spec = ProfileSpec {
+        rtt_ms: Some(20.0),
+        congestion_control: Some("reno".into()),
+        ..Default::default()
+    };
+    let profile = Profile::named("pacific").unwrap().apply(&spec).unwrap();
+    let topo = Topology::up(&profile).unwrap();
+
+    // The direct case: client → origin across all three links.
+    let extra = Ipv4Addr::new(10, 77, 4, 9);
+    topo.add_origin_address(IpAddr::V4(extra)).unwrap();
+    for ip in [topo.addr(Node::Origin), IpAddr::V4(extra)] {
+        let l = topo
+            .run_in(Node::Origin, || TcpListener::bind((ip, 0)))
+            .unwrap()
+            .unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, peer) = l.accept().unwrap();
+            s.write_all(b"hi").unwrap();
+            peer.ip()
+        });
+        let t = Instant::now();
+        let mut c = topo
+            .run_in(Node::Client, || TcpStream::connect(addr))
+            .unwrap()
+            .unwrap();
+        let mut b = [0u8; 2];
+        c.read_exact(&mut b).unwrap();
+        // Handshake + reply: two round trips of 10 + 20 + 10 ms at least.
+        assert!(
+            t.elapsed() >= Duration::from_millis(80),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(&b, b"hi");
+        assert_eq!(server.join().unwrap(), topo.addr(Node::Client));
+    }
+
+    // Host names every namespace resolves, and per-namespace sysctls.
+    topo.set_hosts(&[("www.example.test".into(), topo.addr(Node::Origin))])
+        .unwrap();
+    let out = topo
+        .command(Node::Client, "getent")
+        .args(["hosts", "www.example.test"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("10.77.3.2"));
+    for (node, forward) in [(Node::Client, "0"), (Node::Edge, "1"), (Node::Remote, "1")] {
+        let out = topo
+            .command(node, "cat")
+            .args([
+                "/proc/sys/net/ipv4/ip_forward",
+                "/proc/sys/net/ipv4/tcp_congestion_control",
+                "/proc/sys/net/ipv4/tcp_slow_start_after_idle",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text, format!("{forward}\nreno\n0\n"), "{node}");
+    }
+
+    // initcwnd on every route.
+    topo.set_initcwnd(Node::Remote, 20).unwrap();
+    let out = topo
+        .command(Node::Remote, "ip")
+        .args(["-4", "route", "show"])
+        .output()
+        .unwrap();
+    let routes = String::from_utf8_lossy(&out.stdout);
+    assert!(routes.lines().count() >= 3, "{routes}");
+    assert!(
+        routes.lines().all(|l| l.contains("initcwnd 20")),
+        "{routes}"
+    );
+
+    // A process left running inside is killed on teardown; the namespaces go away.
+    let mut child = topo
+        .command(Node::Origin, "sleep")
+        .arg("300")
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while topo.processes().is_empty() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!topo.processes().is_empty());
+    let paths: Vec<_> = Node::ALL.iter().map(|n| topo.netns_path(*n)).collect();
+    let hosts = topo.hosts_path();
+    topo.down().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    for p in paths {
+        assert!(!p.exists(), "{} still exists", p.display());
+    }
+    assert!(!hosts.exists());
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_is_created() {
+    let bad = ProfileSpec {
+        congestion_control: Some("no-such-cc!".into()),
+        ..Default::default()
+    };
+    assert!(Profile::named("pacific").unwrap().apply(&bad).is_err());
+    let mut p = Profile::named("pacific").unwrap();
+    p.tcp_rmem = [0, 1, 2];
+    let err = Topology::up(&p).unwrap_err();
+    assert!(format!("{err:#}").contains("tcp_rmem"), "{err:#}");
+}
