@@ -1,4 +1,5 @@
-//! What the runner needs from a test bed, and a plain-veth bed for checking the plumbing.
+//! What the runner needs from a test bed: the emulated long link ([`EmulatedBed`], the `testbed`
+//! crate's `Topology`), and a plain-veth bed for checking the plumbing.
 //!
 //! [`Bed`] is the slice of the test bed's `Topology` API the runner uses (run a program in a
 //! node's namespace, name origin hosts, add origin addresses, set the initial window). The
@@ -51,6 +52,65 @@ pub trait Bed {
     fn add_origin_address(&self, ip: IpAddr) -> Result<()>;
     /// Initial congestion and receive window on `node`'s routes, in segments.
     fn set_initcwnd(&self, node: Node, segments: u32) -> Result<()>;
+}
+
+impl From<Node> for testbed::Node {
+    fn from(n: Node) -> testbed::Node {
+        match n {
+            Node::Client => testbed::Node::Client,
+            Node::Edge => testbed::Node::Edge,
+            Node::Remote => testbed::Node::Remote,
+            Node::Origin => testbed::Node::Origin,
+        }
+    }
+}
+
+/// The test bed's emulated topology for a named profile.
+pub struct EmulatedBed {
+    topo: testbed::Topology,
+}
+
+impl EmulatedBed {
+    /// Brings up `profile` (one of `testbed::Profile::names()`).
+    pub fn up(profile: &str) -> Result<EmulatedBed> {
+        let p = testbed::Profile::named(profile).with_context(|| {
+            format!(
+                "unknown profile {profile:?} (one of {:?})",
+                testbed::Profile::names()
+            )
+        })?;
+        let topo =
+            testbed::Topology::up(&p).with_context(|| format!("bringing up profile {profile}"))?;
+        Ok(EmulatedBed { topo })
+    }
+}
+
+impl Bed for EmulatedBed {
+    fn link(&self) -> LinkInfo {
+        let p = self.topo.profile();
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        LinkInfo {
+            profile: p.name.clone(),
+            rtt_ms: ms(p.rtt()) + 2.0 * ms(p.access_delay) + 2.0 * ms(p.origin_delay),
+            long_rtt_ms: ms(p.rtt()),
+            rate_bps: p.down.rate_bps.unwrap_or(0) as f64,
+        }
+    }
+    fn addr(&self, node: Node) -> IpAddr {
+        self.topo.addr(node.into())
+    }
+    fn command(&self, node: Node, program: &str) -> Command {
+        self.topo.command(node.into(), program)
+    }
+    fn set_hosts(&self, entries: &[(String, IpAddr)]) -> Result<()> {
+        self.topo.set_hosts(entries)
+    }
+    fn add_origin_address(&self, ip: IpAddr) -> Result<()> {
+        self.topo.add_origin_address(ip)
+    }
+    fn set_initcwnd(&self, node: Node, segments: u32) -> Result<()> {
+        self.topo.set_initcwnd(node.into(), segments)
+    }
 }
 
 fn run(cmd: &mut Command) -> Result<String> {

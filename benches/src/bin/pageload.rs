@@ -4,7 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use longhaul_benches::bed::{Bed, VethBed};
+use longhaul_benches::bed::{Bed, EmulatedBed, VethBed};
 use longhaul_benches::load;
 use longhaul_benches::plots;
 use longhaul_benches::replay::{self, ReplayConfig};
@@ -120,8 +120,9 @@ struct SuiteArgs {
     /// Directory of the workload files.
     #[arg(long)]
     workloads_dir: Option<PathBuf>,
-    /// Test bed: `veth` joins the namespaces without any delay (plumbing check only).
-    #[arg(long, default_value = "veth")]
+    /// Test bed: `testbed` (the emulated long link), or `veth`, which joins the namespaces
+    /// without any delay (plumbing check only).
+    #[arg(long, default_value = "testbed")]
     bed: String,
 }
 
@@ -344,6 +345,7 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
 
 fn open_bed(kind: &str, profile: &str) -> Result<Box<dyn Bed>> {
     match kind {
+        "testbed" => Ok(Box::new(EmulatedBed::up(profile)?)),
         "veth" => {
             if profile != "veth-nodelay" {
                 bail!("the veth bed has no long link: use --profiles veth-nodelay with --bed veth");
