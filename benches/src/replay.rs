@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::sync::{watch, Semaphore};
 use tokio_rustls::rustls;
 
 /// Connections per host name, as the seeds' browsers (seed 000 §4.1.2).
@@ -110,7 +109,6 @@ struct Shared {
     tls: Option<tokio_rustls::TlsConnector>,
     start: Instant,
     idle: Mutex<HashMap<String, Vec<Conn>>>,
-    slots: HashMap<String, Arc<Semaphore>>,
     opened: Mutex<usize>,
 }
 
@@ -156,18 +154,12 @@ pub async fn load_page(w: &Workload, cfg: &ReplayConfig) -> Result<PageLoad> {
     } else {
         None
     };
-    let slots = w
-        .hosts
-        .iter()
-        .map(|h| (h.clone(), Arc::new(Semaphore::new(cfg.max_per_host.max(1)))))
-        .collect();
     let shared = Arc::new(Shared {
         w: w.clone(),
         cfg: cfg.clone(),
         tls,
         start: Instant::now(),
         idle: Mutex::new(HashMap::new()),
-        slots,
         opened: Mutex::new(0),
     });
     let fut = run(shared.clone());
@@ -183,39 +175,50 @@ pub async fn load_page(w: &Workload, cfg: &ReplayConfig) -> Result<PageLoad> {
     })
 }
 
+/// Dispatches objects as a browser does: an object becomes ready when the object referencing
+/// it has arrived; ready objects wait in a per-host queue in discovery order, then document
+/// order, and at most `max_per_host` requests per host are in flight (one per connection).
 async fn run(shared: Arc<Shared>) -> Result<Vec<ObjectTime>> {
-    let n = shared.w.objects.len();
-    // done[i] flips to Some(time) when object i has arrived.
-    let mut done_tx = Vec::with_capacity(n);
-    let mut done_rx = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (tx, rx) = watch::channel(None::<f64>);
-        done_tx.push(tx);
-        done_rx.push(rx);
-    }
-    let mut tasks = tokio::task::JoinSet::new();
-    for (i, tx) in done_tx.into_iter().enumerate() {
-        let shared = shared.clone();
-        let parent = shared.w.objects[i].parent.map(|p| done_rx[p].clone());
-        tasks.spawn(async move {
-            let discovered_ms = match parent {
-                None => 0.0,
-                Some(mut rx) => *rx
-                    .wait_for(|d| d.is_some())
-                    .await
-                    .map_err(|_| anyhow!("referencing object failed"))?
-                    .as_ref()
-                    .expect("checked"),
-            };
-            let t = fetch(&shared, i, discovered_ms).await?;
-            let _ = tx.send(Some(t.done_ms));
-            Ok::<_, anyhow::Error>((i, t))
-        });
-    }
+    let w = &shared.w;
+    let n = w.objects.len();
+    let max = shared.cfg.max_per_host.max(1);
+    let mut queues: HashMap<&str, std::collections::VecDeque<(usize, f64)>> = HashMap::new();
+    let mut busy: HashMap<&str, usize> = HashMap::new();
     let mut out: Vec<Option<ObjectTime>> = vec![None; n];
-    while let Some(r) = tasks.join_next().await {
-        let (i, t) = r.context("object task panicked")??;
+    let mut tasks = tokio::task::JoinSet::new();
+    queues
+        .entry(w.objects[0].host.as_str())
+        .or_default()
+        .push_back((0, 0.0));
+    let mut finished = 0;
+    while finished < n {
+        for h in &w.hosts {
+            let q = queues.entry(h.as_str()).or_default();
+            let b = busy.entry(h.as_str()).or_default();
+            while *b < max {
+                let Some((i, discovered_ms)) = q.pop_front() else {
+                    break;
+                };
+                *b += 1;
+                let shared = shared.clone();
+                tasks.spawn(async move { (i, fetch(&shared, i, discovered_ms).await) });
+            }
+        }
+        let Some(r) = tasks.join_next().await else {
+            bail!("{} of {n} objects never became ready", n - finished);
+        };
+        let (i, t) = r.context("object task panicked")?;
+        let t = t?;
+        finished += 1;
+        *busy.entry(w.objects[i].host.as_str()).or_default() -= 1;
+        let done = t.done_ms;
         out[i] = Some(t);
+        for k in w.children(i) {
+            queues
+                .entry(w.objects[k].host.as_str())
+                .or_default()
+                .push_back((k, done));
+        }
     }
     out.into_iter()
         .enumerate()
@@ -225,11 +228,6 @@ async fn run(shared: Arc<Shared>) -> Result<Vec<ObjectTime>> {
 
 async fn fetch(shared: &Shared, i: usize, discovered_ms: f64) -> Result<ObjectTime> {
     let o = &shared.w.objects[i];
-    let slot = shared
-        .slots
-        .get(&o.host)
-        .ok_or_else(|| anyhow!("unknown host {}", o.host))?;
-    let _permit = slot.acquire().await.map_err(|_| anyhow!("closed"))?;
     let reused = shared
         .idle
         .lock()
@@ -533,6 +531,19 @@ mod origin_tests {
                     o.path
                 );
             }
+        }
+        // Never more than six requests in flight to the host, and every connection in use.
+        for o in &load.objects {
+            let t = o.request_ms;
+            let in_flight = load
+                .objects
+                .iter()
+                .filter(|x| x.request_ms <= t && x.done_ms > t)
+                .count();
+            assert!(
+                in_flight <= DEFAULT_MAX_PER_HOST,
+                "{in_flight} in flight at {t}"
+            );
         }
         let last = load.objects.iter().map(|o| o.done_ms).fold(0.0, f64::max);
         assert_eq!(load.plt_ms, last);

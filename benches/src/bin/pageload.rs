@@ -356,7 +356,37 @@ fn open_bed(kind: &str, profile: &str) -> Result<Box<dyn Bed>> {
     }
 }
 
+/// Without root, re-runs this command as root of a new user namespace (the test bed works
+/// there unprivileged); returns the child's success, or `None` when no re-run is needed.
+fn reexec_unprivileged() -> Result<Option<bool>> {
+    use testbed::privileges::IN_USERNS_ENV;
+    match testbed::privileges() {
+        testbed::Privileges::Root => Ok(None),
+        testbed::Privileges::UserNamespace if std::env::var_os(IN_USERNS_ENV).is_none() => {
+            eprintln!("pageload: not root; running inside an unprivileged user namespace");
+            let st = std::process::Command::new("unshare")
+                .args(["--user", "--map-root-user", "--"])
+                .arg(std::env::current_exe()?)
+                .args(std::env::args_os().skip(1))
+                .env(IN_USERNS_ENV, "1")
+                .status()
+                .context("running unshare --user --map-root-user")?;
+            Ok(Some(st.success()))
+        }
+        testbed::Privileges::UserNamespace => Ok(None),
+        testbed::Privileges::None => {
+            bail!("pageload needs network namespaces: run as root, or enable unprivileged user namespaces")
+        }
+    }
+}
+
 fn suite(name: &str, a: SuiteArgs) -> Result<()> {
+    if let Some(ok) = reexec_unprivileged()? {
+        if !ok {
+            bail!("pageload {name} failed inside the user namespace");
+        }
+        return Ok(());
+    }
     let mut s = build_suite(name, &a)?;
     if a.bed == "veth" && a.profiles.is_none() {
         s.profiles = vec!["veth-nodelay".into()];
