@@ -42,6 +42,8 @@ pub struct Suite {
     pub chromium_workloads: Vec<String>,
     /// `http` and/or `https`.
     pub schemes: Vec<String>,
+    /// Schemes Chromium loads (a subset of `schemes`).
+    pub chromium_schemes: Vec<String>,
     /// Repetitions per cell.
     pub runs: usize,
     /// Seed of the shuffled order.
@@ -329,6 +331,9 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
                 continue;
             }
             for scheme in &suite.schemes {
+                if client == "chromium" && !suite.chromium_schemes.contains(scheme) {
+                    continue;
+                }
                 cell += 1;
                 let floor_w = match &w.mixed {
                     Some(m) => all.iter().find(|x| x.id == m.page).cloned(),

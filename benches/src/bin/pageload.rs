@@ -35,7 +35,8 @@ enum Cmd {
         write: Option<PathBuf>,
     },
     /// Quick suite: pacific; yahoo, google, amazon; direct, single-proxy, squid-chain,
-    /// haproxy-h2, longhaul-tcp; replay over http and https, Chromium on yahoo; 5 repetitions.
+    /// haproxy-h2, longhaul-tcp; replay over http and https, Chromium on yahoo over http; 5
+    /// repetitions.
     Quick(SuiteArgs),
     /// Full suite: every profile, page and system, longhaul's pool sizes, 10 repetitions.
     Full(SuiteArgs),
@@ -332,6 +333,12 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         seed: a.seed,
         gap: Duration::from_millis(a.gap_ms),
         initcwnds: a.initcwnds.clone().unwrap_or(initcwnds),
+        // The quick suite keeps to a few minutes: Chromium over plain HTTP only.
+        chromium_schemes: match (name, &a.schemes) {
+            (_, Some(s)) => s.clone(),
+            ("quick", None) => strs(&["http"]),
+            _ => strs(&["http", "https"]),
+        },
         load_fractions: a.load_fractions.clone().unwrap_or_else(|| {
             if full {
                 vec![0.1, 0.25, 0.5, 0.75, 0.9, 1.1]
