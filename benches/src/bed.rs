@@ -52,6 +52,11 @@ pub trait Bed {
     fn add_origin_address(&self, ip: IpAddr) -> Result<()>;
     /// Initial congestion and receive window on `node`'s routes, in segments.
     fn set_initcwnd(&self, node: Node, segments: u32) -> Result<()>;
+    /// Restores files the bed's commands depend on if something outside removed them;
+    /// returns whether anything had to be restored.
+    fn heal(&self) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 impl From<Node> for testbed::Node {
@@ -68,6 +73,8 @@ impl From<Node> for testbed::Node {
 /// The test bed's emulated topology for a named profile.
 pub struct EmulatedBed {
     topo: testbed::Topology,
+    /// The host entries last set (to restore the hosts file, see [`Bed::heal`]).
+    hosts: std::sync::Mutex<Vec<(String, IpAddr)>>,
 }
 
 impl EmulatedBed {
@@ -81,7 +88,10 @@ impl EmulatedBed {
         })?;
         let topo =
             testbed::Topology::up(&p).with_context(|| format!("bringing up profile {profile}"))?;
-        Ok(EmulatedBed { topo })
+        Ok(EmulatedBed {
+            topo,
+            hosts: std::sync::Mutex::new(Vec::new()),
+        })
     }
 }
 
@@ -103,10 +113,32 @@ impl Bed for EmulatedBed {
         self.topo.command(node.into(), program)
     }
     fn set_hosts(&self, entries: &[(String, IpAddr)]) -> Result<()> {
+        *self
+            .hosts
+            .lock()
+            .map_err(|_| anyhow::anyhow!("hosts lock poisoned"))? = entries.to_vec();
         self.topo.set_hosts(entries)
     }
     fn add_origin_address(&self, ip: IpAddr) -> Result<()> {
         self.topo.add_origin_address(ip)
+    }
+    fn heal(&self) -> Result<bool> {
+        // Every command bind-mounts the bed's hosts file: if a cleaner of /tmp removed the
+        // bed's private directory, recreate it instead of failing every later trial.
+        let path = self.topo.hosts_path();
+        if path.exists() {
+            return Ok(false);
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let entries = self
+            .hosts
+            .lock()
+            .map_err(|_| anyhow::anyhow!("hosts lock poisoned"))?
+            .clone();
+        self.topo.set_hosts(&entries)?;
+        Ok(true)
     }
     fn set_initcwnd(&self, node: Node, segments: u32) -> Result<()> {
         self.topo.set_initcwnd(node.into(), segments)

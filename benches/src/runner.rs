@@ -88,12 +88,23 @@ struct Trialer<'a> {
 }
 
 impl Trialer<'_> {
+    fn heal(&self) {
+        match self.bed.heal() {
+            Ok(false) => {}
+            Ok(true) => eprintln!(
+                "   warning: the test bed's hosts file had been removed from outside; restored it"
+            ),
+            Err(e) => eprintln!("   warning: restoring the test bed's hosts file: {e:#}"),
+        }
+    }
+
     fn replay(
         &self,
         proxy: Option<std::net::SocketAddr>,
         w: &str,
         scheme: &str,
     ) -> Result<PageLoad> {
+        self.heal();
         let exe = std::env::current_exe()?;
         let mut cmd = self.bed.command(Node::Client, &exe.display().to_string());
         cmd.args(["replay-once", "--workloads-dir"])
@@ -131,6 +142,7 @@ impl Trialer<'_> {
         window: Duration,
         seed: u64,
     ) -> Result<LoadRun> {
+        self.heal();
         let exe = std::env::current_exe()?;
         let mut cmd = self.bed.command(Node::Client, &exe.display().to_string());
         cmd.args(["load-once", "--workloads-dir"])
@@ -167,6 +179,7 @@ impl Trialer<'_> {
         w: &Workload,
         scheme: &str,
     ) -> Result<f64> {
+        self.heal();
         let n = self.counter.get();
         self.counter.set(n + 1);
         let profile = self.tmp.join(format!("chromium-{n}"));
