@@ -195,6 +195,7 @@ fn line_chart(
     ydesc: &str,
     series: &[(String, Vec<(f64, f64)>)],
     log_x: bool,
+    legend: SeriesLabelPosition,
 ) -> Result<bool> {
     let pts: Vec<(f64, f64)> = series.iter().flat_map(|(_, v)| v.iter().copied()).collect();
     if pts.is_empty() {
@@ -246,7 +247,7 @@ fn line_chart(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(legend)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
@@ -298,6 +299,7 @@ fn pool_lines(path: &Path, profile: &str, rows: &[Row]) -> Result<bool> {
         "median page load time, ms",
         &series,
         true,
+        SeriesLabelPosition::UpperRight,
     )
 }
 
@@ -322,6 +324,7 @@ fn initcwnd_line(path: &Path, profile: &str, rows: &[Row]) -> Result<bool> {
         "median page load time, ms",
         &series,
         false,
+        SeriesLabelPosition::UpperRight,
     )
 }
 
@@ -344,6 +347,7 @@ fn utilisation_lines(path: &Path, profile: &str, pts: &[&LoadPoint]) -> Result<b
         "carried load, Mbit/s",
         &series,
         false,
+        SeriesLabelPosition::UpperLeft,
     )
 }
 

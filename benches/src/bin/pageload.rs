@@ -47,6 +47,11 @@ enum Cmd {
     ReplayOnce(ReplayOnce),
     /// Page loads arriving at a Poisson rate, as JSON on stdout (offered-load points).
     LoadOnce(LoadOnce),
+    /// Redraw the plots of a run directory from its results.json (and load.json).
+    Plot {
+        /// Run directory.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -156,6 +161,7 @@ fn main() -> Result<()> {
         Cmd::Demo(a) => suite("demo", a),
         Cmd::ReplayOnce(a) => replay_once(a),
         Cmd::LoadOnce(a) => load_once(a),
+        Cmd::Plot { dir } => replot(&dir),
     }
 }
 
@@ -461,6 +467,23 @@ fn write_outputs(s: &Suite, out: &Path, rows: &[Row]) -> Result<()> {
         out.join("summary.md"),
         results::markdown_summary(&format!("pageload {}", s.name), &pre, rows),
     )?;
+    Ok(())
+}
+
+fn replot(dir: &Path) -> Result<()> {
+    let path = dir.join("results.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let rows: Vec<Row> =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    results::validate(&rows)?;
+    let load: Vec<load::LoadPoint> = match std::fs::read_to_string(dir.join("load.json")) {
+        Ok(t) => serde_json::from_str(&t).context("parsing load.json")?,
+        Err(_) => Vec::new(),
+    };
+    for f in plots::draw_all(dir, &rows, &load)? {
+        println!("{}", f.display());
+    }
     Ok(())
 }
 
