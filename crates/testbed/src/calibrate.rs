@@ -22,9 +22,21 @@ pub const DEFAULT_LOSS_PACKETS: u32 = 10_000;
 /// UDP payload of the loss probes (sequence number plus padding).
 pub const LOSS_PAYLOAD: usize = 64;
 /// Highest probe rate of the loss measurement, packets/s: slow enough that neither
-/// the receiving socket nor the emulator loop drops anything on a loaded machine
-/// (10 000 probes take 2 s).
-pub const DEFAULT_LOSS_PROBE_PPS: f64 = 5000.0;
+/// the receiving socket nor the emulator loop drops anything on a loaded machine.
+pub const DEFAULT_LOSS_PROBE_PPS: f64 = 20_000.0;
+/// Losses the default probe count aims to observe, so that ± 20 % is about three
+/// standard deviations of the binomial count even for rare loss.
+pub const DEFAULT_EXPECTED_LOSSES: f64 = 200.0;
+
+/// Probes for a loss measurement of the down direction: at least
+/// [`DEFAULT_LOSS_PACKETS`], more when loss is rare (0.1 % → 200 000).
+pub fn default_loss_packets(profile: &crate::Profile) -> u32 {
+    let p = profile.down.loss.mean_loss();
+    if p <= 0.0 {
+        return DEFAULT_LOSS_PACKETS;
+    }
+    ((DEFAULT_EXPECTED_LOSSES / p).ceil() as u32).clamp(DEFAULT_LOSS_PACKETS, 1_000_000)
+}
 /// TCP payload per full-size packet at MTU 1500 with timestamps (1500 − 20 − 20 − 12):
 /// the link rate counts whole IP packets, so one TCP flow's goodput ceiling is
 /// `rate × TCP_PAYLOAD / MTU` (96.5 % of the rate).
@@ -165,6 +177,38 @@ pub fn goodput(topo: &Topology, opts: &GoodputOptions) -> anyhow::Result<f64> {
     result
 }
 
+/// Least-squares slope of `y` over `x`, accumulated one sample at a time.
+#[derive(Debug, Default)]
+struct Slope {
+    n: f64,
+    sx: f64,
+    sy: f64,
+    sxx: f64,
+    sxy: f64,
+}
+
+impl Slope {
+    fn add(&mut self, x: f64, y: f64) {
+        self.n += 1.0;
+        self.sx += x;
+        self.sy += y;
+        self.sxx += x * x;
+        self.sxy += x * y;
+    }
+
+    fn slope(&self) -> Option<f64> {
+        let d = self.n * self.sxx - self.sx * self.sx;
+        (self.n >= 2.0 && d > 0.0).then(|| (self.n * self.sxy - self.sx * self.sy) / d)
+    }
+}
+
+/// Interval at which the receiver samples its byte count for the goodput fit.
+const GOODPUT_TICK: Duration = Duration::from_millis(10);
+
+/// Reads until the end of the counted interval; returns the goodput in bit/s as the
+/// least-squares slope of bytes received against time, sampled every
+/// [`GOODPUT_TICK`] over the interval. On a lossless link this equals bytes ÷ time;
+/// with loss it is not thrown off by data a hole held back across an interval edge.
 fn receive(mut s: TcpStream, opts: &GoodputOptions) -> anyhow::Result<f64> {
     s.set_read_timeout(Some(IO_TIMEOUT))?;
     let mut buf = vec![0u8; 256 * 1024];
@@ -173,19 +217,25 @@ fn receive(mut s: TcpStream, opts: &GoodputOptions) -> anyhow::Result<f64> {
     let first = Instant::now();
     let start = first + opts.warmup;
     let end = start + opts.duration;
-    let mut counted: u64 = 0;
+    let mut total = n as u64;
+    let mut next = start;
+    let mut fit = Slope::default();
     loop {
         let n = s.read(&mut buf)?;
         ensure!(n > 0, "bulk sender closed early");
         let now = Instant::now();
+        // Ticks that passed while this read waited saw the count before it.
+        while next <= now && next <= end {
+            fit.add((next - start).as_secs_f64(), total as f64);
+            next += GOODPUT_TICK;
+        }
+        total += n as u64;
         if now >= end {
             break;
         }
-        if now >= start {
-            counted += n as u64;
-        }
     }
-    Ok(counted as f64 * 8.0 / opts.duration.as_secs_f64())
+    let bytes_per_sec = fit.slope().context("goodput interval too short to fit")?;
+    Ok(bytes_per_sec * 8.0)
 }
 
 /// Result of a loss measurement.
@@ -195,17 +245,42 @@ pub struct LossMeasurement {
     pub sent: u32,
     /// Distinct probes received.
     pub received: u32,
+    /// Probes the receiving host dropped for a full socket buffer (the edge namespace's
+    /// UDP `RcvbufErrors` during the measurement): they crossed the link, so they are
+    /// not counted as link loss.
+    pub receiver_drops: u64,
 }
 
 impl LossMeasurement {
-    /// Fraction lost.
+    /// Fraction lost on the link.
     pub fn rate(&self) -> f64 {
         if self.sent == 0 {
-            0.0
-        } else {
-            1.0 - f64::from(self.received) / f64::from(self.sent)
+            return 0.0;
         }
+        let arrived = u64::from(self.received) + self.receiver_drops;
+        let lost = u64::from(self.sent).saturating_sub(arrived);
+        lost as f64 / f64::from(self.sent)
     }
+
+    /// Probes lost on the link.
+    pub fn lost(&self) -> u64 {
+        u64::from(self.sent).saturating_sub(u64::from(self.received) + self.receiver_drops)
+    }
+}
+
+/// The UDP `RcvbufErrors` counter of the namespace the calling thread is in.
+fn udp_rcvbuf_errors() -> std::io::Result<u64> {
+    let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp")?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
+        return Err(std::io::Error::other("no Udp lines in snmp"));
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .ok_or_else(|| std::io::Error::other("no RcvbufErrors in snmp"))
 }
 
 /// Sends `packets` UDP probes remote → edge, paced at half the down rate (at most
@@ -213,6 +288,7 @@ impl LossMeasurement {
 /// arrive.
 pub fn loss(topo: &Topology, packets: u32) -> anyhow::Result<LossMeasurement> {
     let rx = topo.run_in(Node::Edge, || UdpSocket::bind((EDGE_LONG_ADDR, 0)))??;
+    let drops_before = topo.run_in(Node::Edge, udp_rcvbuf_errors)??;
     let rx_addr = rx.local_addr()?;
     let tx = topo.run_in(Node::Remote, || UdpSocket::bind((REMOTE_LONG_ADDR, 0)))??;
     let wire_bits = ((LOSS_PAYLOAD + 28) * 8) as f64;
@@ -266,9 +342,11 @@ pub fn loss(topo: &Topology, packets: u32) -> anyhow::Result<LossMeasurement> {
     let received = receiver
         .join()
         .map_err(|_| anyhow::anyhow!("loss receiver panicked"))??;
+    let drops_after = topo.run_in(Node::Edge, udp_rcvbuf_errors)??;
     Ok(LossMeasurement {
         sent: packets,
         received,
+        receiver_drops: drops_after.saturating_sub(drops_before),
     })
 }
 
@@ -369,4 +447,50 @@ pub fn calibrate(topo: &Topology, rtt_n: usize, loss_n: u32) -> anyhow::Result<C
             dropped_loss: both.model.dropped_loss,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slope_of_a_line_and_of_steps() {
+        let mut f = Slope::default();
+        assert_eq!(f.slope(), None);
+        for k in 0..100 {
+            f.add(f64::from(k), 3.0 * f64::from(k) + 7.0);
+        }
+        assert!((f.slope().unwrap() - 3.0).abs() < 1e-9);
+        // A rate of 1 with a held-back burst near the start: the fit stays close to 1
+        // where first-to-last differencing would read 1.2.
+        let mut g = Slope::default();
+        for k in 0..1000 {
+            let x = f64::from(k);
+            let y = if k < 10 { x - 200.0 } else { x };
+            g.add(x, y);
+        }
+        assert!((g.slope().unwrap() - 1.0).abs() < 0.05, "{:?}", g.slope());
+    }
+
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        let ms = Duration::from_millis;
+        assert_eq!(median(&[]), Duration::ZERO);
+        assert_eq!(median(&[ms(3), ms(1), ms(2)]), ms(2));
+        assert_eq!(
+            median(&[ms(4), ms(1), ms(2), ms(3)]),
+            Duration::from_micros(2500)
+        );
+    }
+
+    #[test]
+    fn link_loss_excludes_receiver_drops() {
+        let m = LossMeasurement {
+            sent: 1000,
+            received: 950,
+            receiver_drops: 20,
+        };
+        assert_eq!(m.lost(), 30);
+        assert!((m.rate() - 0.03).abs() < 1e-12);
+    }
 }

@@ -331,4 +331,36 @@ mod tests {
         assert!(max_extra <= 10 * MS + 200_000 * 50, "{max_extra}");
         assert!(max_extra > 5 * MS);
     }
+
+    proptest::proptest! {
+        /// Whatever the arrivals: due times never decrease, no packet is due before
+        /// its arrival plus its own serialization plus the delay, and the bytes
+        /// waiting never exceed the queue.
+        #[test]
+        fn model_invariants(
+            arrivals in proptest::collection::vec((0u64..2_000_000, 40usize..1500), 1..400),
+            rate_mbit in 1u64..200,
+            queue in 6_000u64..200_000,
+            delay_us in 0u64..50_000,
+        ) {
+            let mut s = spec(rate_mbit, 0, queue);
+            s.delay = Duration::from_micros(delay_us);
+            let mut m = LinkModel::new(s, 5);
+            let mut now = 0;
+            let mut last_due = 0;
+            for (gap, len) in arrivals {
+                now += gap;
+                let tx = (len as u64 * 8 * 1000).div_ceil(rate_mbit);
+                if let Verdict::Scheduled(due) = m.offer(now, len, ()) {
+                    proptest::prop_assert!(due >= last_due);
+                    proptest::prop_assert!(due >= now + tx + delay_us * 1000);
+                    last_due = due;
+                }
+                proptest::prop_assert!(m.backlog_bytes(now) <= queue);
+                while m.pop_due(now).is_some() {}
+            }
+            let st = m.stats();
+            proptest::prop_assert_eq!(st.offered, st.delivered + st.dropped_queue + st.dropped_loss + m.in_flight() as u64);
+        }
+    }
 }

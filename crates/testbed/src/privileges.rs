@@ -66,19 +66,27 @@ pub fn netns_test_gate(test_path: &str) -> bool {
         Privileges::Root => true,
         Privileges::UserNamespace if std::env::var_os(IN_USERNS_ENV).is_none() => {
             let exe = std::env::current_exe().expect("current test executable");
-            let out = Command::new("unshare")
+            // Output goes to files, not pipes: a process the test leaks cannot hang us.
+            let log = std::env::temp_dir().join(format!(
+                "longhaul-userns-test-{}-{}.log",
+                std::process::id(),
+                test_path.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+            ));
+            let file = std::fs::File::create(&log).expect("creating the test log");
+            let status = Command::new("unshare")
                 .args(["--user", "--map-root-user", "--"])
                 .arg(exe)
                 .args([test_path, "--exact", "--nocapture", "--test-threads", "1"])
                 .env(IN_USERNS_ENV, "1")
-                .output()
+                .stdout(file.try_clone().expect("log file"))
+                .stderr(file)
+                .status()
                 .expect("spawning unshare");
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let stderr = String::from_utf8_lossy(&out.stderr);
+            let output = std::fs::read_to_string(&log).unwrap_or_default();
+            let _ = std::fs::remove_file(&log);
             assert!(
-                out.status.success() && stdout.contains("1 passed"),
-                "{test_path} inside a user namespace failed ({}):\n{stdout}\n{stderr}",
-                out.status
+                status.success() && output.contains("1 passed"),
+                "{test_path} inside a user namespace failed ({status}):\n{output}"
             );
             eprintln!("{test_path}: passed inside an unprivileged user namespace");
             false

@@ -97,11 +97,12 @@ fn check_loss(profile: Profile) {
     let m = calibrate::loss(&topo, DEFAULT_LOSS_PACKETS).unwrap();
     let want = profile.down.loss.mean_loss();
     eprintln!(
-        "{}: lost {} of {} = {:.4} (profile {want})",
+        "{}: lost {} of {} = {:.4} (profile {want}); receiver drops {}",
         profile.name,
-        m.sent - m.received,
+        m.lost(),
         m.sent,
-        m.rate()
+        m.rate(),
+        m.receiver_drops
     );
     assert!(
         (m.rate() / want - 1.0).abs() <= 0.20,

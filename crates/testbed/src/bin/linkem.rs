@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
-use testbed::calibrate::{self, DEFAULT_LOSS_PACKETS, DEFAULT_RTT_SAMPLES};
-use testbed::privileges::IN_USERNS_ENV;
+use testbed::calibrate::{self, DEFAULT_RTT_SAMPLES};
 use testbed::topology::ns_command;
 use testbed::{privileges, Node, Privileges, Profile, ProfileSpec, Topology};
 
 /// Environment variable carrying the run directory into the user-namespace child.
 const RUN_DIR_ENV: &str = "LINKEM_RUN_DIR";
+/// Set on the child `linkem` re-executes inside a new user namespace.
+const REEXEC_ENV: &str = "LINKEM_IN_USERNS";
 /// How long `linkem down` waits for the holder to finish tearing down.
 const DOWN_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -65,9 +66,10 @@ enum Cmd {
         /// Ping-pong samples (median reported).
         #[arg(long, default_value_t = DEFAULT_RTT_SAMPLES)]
         rtt_samples: usize,
-        /// UDP probes for the loss rate.
-        #[arg(long, default_value_t = DEFAULT_LOSS_PACKETS)]
-        loss_packets: u32,
+        /// UDP probes for the loss rate (default: 10 000, more when loss is rare so
+        /// that about 200 losses are expected).
+        #[arg(long)]
+        loss_packets: Option<u32>,
     },
     /// Takes a running instance down.
     Down {
@@ -176,13 +178,20 @@ fn run_dir() -> PathBuf {
     if let Some(d) = std::env::var_os(RUN_DIR_ENV) {
         return PathBuf::from(d);
     }
-    if privileges() == Privileges::Root && std::env::var_os(IN_USERNS_ENV).is_none() {
+    if privileges() == Privileges::Root && initial_user_namespace() {
         return PathBuf::from("/run/linkem");
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) => PathBuf::from(d).join("linkem"),
         None => std::env::temp_dir().join(format!("linkem-{}", uid())),
     }
+}
+
+/// Whether this process is in the initial user namespace (identity uid map).
+fn initial_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .map(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
+        .unwrap_or(false)
 }
 
 fn uid() -> String {
@@ -213,7 +222,7 @@ fn read_state(name: &str) -> anyhow::Result<State> {
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("no running instance {name:?} ({} missing)", path.display()))?;
     let st: State = serde_json::from_str(&text).context("corrupt state file")?;
-    if !PathBuf::from(format!("/proc/{}", st.pid)).exists() {
+    if !running(st.pid) {
         let _ = std::fs::remove_file(&path);
         bail!(
             "instance {name:?} is gone (pid {} not running); stale state removed",
@@ -234,7 +243,7 @@ fn reexec_in_userns() -> anyhow::Result<ExitCode> {
         .args(["--user", "--map-root-user", "--"])
         .arg(exe)
         .args(std::env::args_os().skip(1))
-        .env(IN_USERNS_ENV, "1")
+        .env(REEXEC_ENV, "1")
         .env(RUN_DIR_ENV, run_dir())
         .spawn()
         .context("running unshare --user --map-root-user")?;
@@ -246,14 +255,18 @@ fn reexec_in_userns() -> anyhow::Result<ExitCode> {
             }
         }
     });
-    let status = child.wait().context("waiting for the user-namespace child")?;
-    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
+    let status = child
+        .wait()
+        .context("waiting for the user-namespace child")?;
+    Ok(ExitCode::from(
+        status.code().unwrap_or(1).clamp(0, 255) as u8
+    ))
 }
 
 fn needs_reexec() -> anyhow::Result<bool> {
     match privileges() {
         Privileges::Root => Ok(false),
-        Privileges::UserNamespace => Ok(std::env::var_os(IN_USERNS_ENV).is_none()),
+        Privileges::UserNamespace => Ok(std::env::var_os(REEXEC_ENV).is_none()),
         Privileges::None => bail!(
             "cannot create network namespaces: not root and unprivileged user namespaces are unavailable \
              (check /proc/sys/user/max_user_namespaces and kernel.unprivileged_userns_clone)"
@@ -279,7 +292,9 @@ fn up(args: &ProfileArgs, name: &str) -> anyhow::Result<ExitCode> {
     let topo = Topology::up(&profile)?;
     let dir = path.parent().context("state path has no parent")?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let userns = std::env::var_os(IN_USERNS_ENV)
+    // Recorded only when this process made its own user namespace: `exec` from
+    // outside must enter it first.
+    let userns = std::env::var_os(REEXEC_ENV)
         .map(|_| PathBuf::from(format!("/proc/{}/ns/user", std::process::id())));
     let state = State {
         pid: std::process::id(),
@@ -320,10 +335,31 @@ fn exec(namespace: &str, name: &str, command: &[String]) -> anyhow::Result<ExitC
         .find(|(n, _)| n == node.name())
         .map(|(_, p)| p.clone())
         .context("state file lacks the namespace")?;
-    let mut cmd = ns_command(&netns, st.userns.as_deref(), &st.hosts, &command[0]);
+    // Entering the user namespace we are already in is an error (EINVAL): skip it.
+    let same = |p: &PathBuf| match (
+        std::fs::read_link(p),
+        std::fs::read_link("/proc/self/ns/user"),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    let userns = st.userns.as_ref().filter(|p| !same(p));
+    let mut cmd = ns_command(&netns, userns.map(PathBuf::as_path), &st.hosts, &command[0]);
     cmd.args(&command[1..]);
     let err = cmd.exec();
     bail!("running nsenter: {err}")
+}
+
+/// Whether `pid` is alive (an exited process waiting to be reaped is not).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        // The state follows the parenthesised command name: `pid (comm) S ...`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+    }
 }
 
 fn down(name: &str) -> anyhow::Result<ExitCode> {
@@ -331,7 +367,7 @@ fn down(name: &str) -> anyhow::Result<ExitCode> {
     netsys::send_signal(st.pid as i32, libc::SIGTERM)
         .with_context(|| format!("signalling linkem pid {}", st.pid))?;
     let t = Instant::now();
-    while PathBuf::from(format!("/proc/{}", st.pid)).exists() {
+    while running(st.pid) {
         if t.elapsed() > DOWN_TIMEOUT {
             bail!("linkem pid {} did not exit within {DOWN_TIMEOUT:?}", st.pid);
         }
@@ -344,16 +380,30 @@ fn calibrate_cmd(
     args: &ProfileArgs,
     json: bool,
     rtt_samples: usize,
-    loss_packets: u32,
+    loss_packets: Option<u32>,
 ) -> anyhow::Result<ExitCode> {
     let profile = args.resolve()?;
+    let loss_packets = loss_packets.unwrap_or_else(|| calibrate::default_loss_packets(&profile));
     if !(1..=10_000).contains(&rtt_samples) || !(1..=10_000_000).contains(&loss_packets) {
         bail!("--rtt-samples must be 1..=10000 and --loss-packets 1..=10000000");
     }
     if needs_reexec()? {
         return reexec_in_userns();
     }
+    // Ctrl-C: the namespaces and devices die with the process (nothing runs inside
+    // during a calibration); only the hosts file's directory needs removing.
+    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    netsys::block_signals(&signals)?;
     let topo = Topology::up(&profile)?;
+    if let Some(dir) = topo.hosts_path().parent().map(PathBuf::from) {
+        std::thread::spawn(move || {
+            if let Ok(sig) = netsys::wait_signal(&signals) {
+                let _ = std::fs::remove_dir_all(&dir);
+                eprintln!("linkem: calibration interrupted");
+                std::process::exit(128 + sig);
+            }
+        });
+    }
     let c = calibrate::calibrate(&topo, rtt_samples, loss_packets)?;
     topo.down()?;
     if json {
@@ -390,11 +440,12 @@ fn calibrate_cmd(
         None => println!("  goodput  {:.2} Mbit/s  ({})", c.goodput_mbps, c.goodput_cc),
     }
     println!(
-        "  loss     {:.4}  ({} of {} lost; profile {:.4})",
+        "  loss     {:.4}  ({} of {} lost on the link; profile {:.4}; {} dropped by a full receive buffer, not counted)",
         c.loss_rate,
-        c.loss.sent - c.loss.received,
+        c.loss.lost(),
         c.loss.sent,
-        e.loss_rate
+        e.loss_rate,
+        c.loss.receiver_drops
     );
     println!(
         "  emulator lateness p99 {:.0} us, max {:.0} us; queue drops {}, loss-model drops {}",
