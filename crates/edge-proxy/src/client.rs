@@ -15,13 +15,14 @@
 //! It does NOT know about the pool: streams come from a [`Transport`].
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use ipnet::IpNet;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -60,6 +61,8 @@ pub struct Settings {
     pub allowed_clients: Vec<IpNet>,
     /// Intercepted destination ports parsed as HTTP; other ports are tunnelled.
     pub transparent_http_ports: Vec<u16>,
+    /// Most client connections served at once; further ones wait in the accept queue.
+    pub max_client_connections: usize,
 }
 
 /// Shared state of all client connections.
@@ -86,6 +89,9 @@ pub enum Entry {
 }
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+/// `Via` entry the edge adds to forwarded requests and responses (RFC 9110 §7.6.3); the pair
+/// acts as one proxy.
+const VIA: &str = "1.1 longhaul";
 
 /// Serves one client connection to completion.
 pub async fn serve<T: Transport>(
@@ -105,7 +111,7 @@ pub async fn serve<T: Transport>(
         if matches!(entry, Entry::Explicit) {
             let mut sock = sock;
             let _ = sock.write_all(&err.response()).await;
-            let _ = sock.shutdown().await;
+            drain_and_close(&mut sock).await;
         }
         log_access(&Access {
             client: peer,
@@ -126,25 +132,65 @@ pub async fn serve<T: Transport>(
             return;
         }
     }
-    let (rd, wr) = sock.into_split();
-    let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
-    let reader = read_requests(&ctx, rd, tx, peer, entry);
-    let writer = write_replies(&ctx, wr, rx, peer);
-    tokio::pin!(reader, writer);
-    tokio::select! {
-        r = &mut reader => {
-            if r.is_ok() {
+    // Borrowed halves: the socket itself is closed here, after both sides are done, so an
+    // aborted reply ends with a reset and never with a clean FIN.
+    let mut sock = sock;
+    let linger = {
+        let (rd, wr) = sock.split();
+        let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
+        let reader = read_requests(&ctx, rd, tx, peer, entry);
+        let writer = write_replies(&ctx, wr, rx, peer);
+        tokio::pin!(reader, writer);
+        tokio::select! {
+            r = &mut reader => match r {
                 // Requests are all read: finish the queued replies.
-                writer.await;
-            }
-            // On a client read failure, dropping the writer drops every stream (reset).
+                Ok(()) => writer.await == End::Closed,
+                // On a client read failure, dropping the writer drops every stream (reset).
+                Err(()) => false,
+            },
+            end = &mut writer => end == End::Closed,
         }
-        _ = &mut writer => {}
+    };
+    if linger {
+        drain_and_close(&mut sock).await;
     }
 }
 
+/// Longest wait, after our FIN, for the client to finish sending and close.
+pub const DEFAULT_CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// Most bytes read and discarded while waiting for the client to close.
+const CLOSE_LINGER_BYTES: usize = 1024 * 1024;
+
+/// Reads and discards what the client still sends (bounded) until it closes: closing a
+/// socket with unread data would send a reset that can destroy the last response before the
+/// client read it.
+async fn drain_and_close(sock: &mut TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let _ = sock.shutdown().await;
+    let mut scratch = vec![0u8; 16 * 1024];
+    let mut total = 0usize;
+    let _ = tokio::time::timeout(DEFAULT_CLOSE_LINGER, async {
+        while total < CLOSE_LINGER_BYTES {
+            match sock.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    })
+    .await;
+}
+
+/// How the writer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Replies are complete and our side is shut down: linger for the client's close.
+    Closed,
+    /// The connection was reset (cut reply) or handed to a tunnel: close at once.
+    Done,
+}
+
 /// One queued item for the writer, in request order.
-enum Pending<S> {
+enum Pending<'a, S> {
     /// A reply to relay from a stream.
     Reply(Box<ReplyJob<S>>),
     /// An error to answer; the connection closes after it.
@@ -157,7 +203,7 @@ enum Pending<S> {
     /// A CONNECT: the connection becomes a tunnel once earlier replies are written.
     Connect {
         head: RequestHead,
-        rd: OwnedReadHalf,
+        rd: TcpReadHalf<'a>,
         buf: BytesMut,
         started: Instant,
     },
@@ -177,6 +223,8 @@ struct ReplyJob<S> {
     continue_tx: Option<oneshot::Sender<()>>,
     /// The whole request, kept for one retry (idempotent and bodiless requests only).
     retry: Option<Bytes>,
+    /// Request body bytes uploaded so far (set by the reader, logged by the writer).
+    uploaded: Arc<AtomicU64>,
     started: Instant,
 }
 
@@ -199,7 +247,8 @@ fn idempotent(method: &str) -> bool {
 
 /// Validates a request and builds the head forwarded on the stream.
 fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
-    if head.method.is_empty() || !head.method.bytes().all(|b| b.is_ascii_uppercase()) {
+    // httparse only accepts token characters in a method; it must not be empty.
+    if head.method.is_empty() {
         return Err(EdgeError::BadRequest(format!(
             "invalid method {:?}",
             head.method
@@ -261,6 +310,7 @@ fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
     http1::remove_header(&mut headers, "host");
     http1::remove_header(&mut headers, "content-length");
     headers.insert(0, Header::new("Host", host_value));
+    headers.push(Header::new("Via", VIA));
     if let Some(h) = http1::framing_header(body) {
         headers.push(h);
     }
@@ -280,11 +330,11 @@ fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
 }
 
 /// Reads requests until the client closes, asks to close, errs, or the edge drains.
-/// Err means the client connection broke (everything in flight is abandoned).
-async fn read_requests<T: Transport>(
+/// Err means the client connection closed or broke (everything in flight is abandoned).
+async fn read_requests<'a, T: Transport>(
     ctx: &Ctx<T>,
-    mut rd: OwnedReadHalf,
-    tx: mpsc::Sender<Pending<T::Stream>>,
+    mut rd: TcpReadHalf<'a>,
+    tx: mpsc::Sender<Pending<'a, T::Stream>>,
     peer: SocketAddr,
     entry: Entry,
 ) -> Result<(), ()> {
@@ -303,7 +353,9 @@ async fn read_requests<T: Transport>(
         let head = match head {
             Err(_) => return Ok(()), // idle or slow head: close quietly
             Ok(Ok(Some(h))) => h,
-            Ok(Ok(None)) => return Ok(()),
+            // The client closed its side: like Squid (half_closed_clients off) and nginx, that
+            // aborts what is still in flight, so far-side work for a departed client stops.
+            Ok(Ok(None)) => return Err(()),
             Ok(Err(HeadError::Io(_))) => return Err(()),
             Ok(Err(e)) => {
                 let _ = tx
@@ -364,6 +416,7 @@ async fn read_requests<T: Transport>(
             }
         };
         let (srd, mut swr) = tokio::io::split(stream);
+        let uploaded = Arc::new(AtomicU64::new(0));
         let (continue_tx, continue_rx) = if prep.expect_continue && !whole {
             let (a, b) = oneshot::channel();
             (Some(a), Some(b))
@@ -379,6 +432,7 @@ async fn read_requests<T: Transport>(
             close: prep.close,
             continue_tx,
             retry: (whole && idempotent(&head.method)).then_some(first),
+            uploaded: uploaded.clone(),
             started,
         };
         if tx.send(Pending::Reply(Box::new(job))).await.is_err() {
@@ -395,7 +449,7 @@ async fn read_requests<T: Transport>(
                 _ => OutFraming::Raw,
             };
             match http1::copy_body(prep.body, &mut rd, &mut buf, &mut swr, out).await {
-                Ok(_) => {}
+                Ok(n) => uploaded.store(n, Ordering::Relaxed),
                 // A client that stops mid-body broke its connection.
                 Err(CopyError::Read(e)) => {
                     tracing::debug!(%peer, error = %e, "client request body failed");
@@ -427,10 +481,10 @@ enum RelayError {
 /// Relays queued replies in order; returns when the connection should close.
 async fn write_replies<T: Transport>(
     ctx: &Ctx<T>,
-    mut wr: OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Pending<T::Stream>>,
+    mut wr: TcpWriteHalf<'_>,
+    mut rx: mpsc::Receiver<Pending<'_, T::Stream>>,
     peer: SocketAddr,
-) {
+) -> End {
     while let Some(p) = rx.recv().await {
         match p {
             Pending::Error {
@@ -452,7 +506,7 @@ async fn write_replies<T: Transport>(
                     outcome: err.tag(),
                     detail: &err.to_string(),
                 });
-                return;
+                return End::Closed;
             }
             Pending::Connect {
                 head,
@@ -461,13 +515,16 @@ async fn write_replies<T: Transport>(
                 started,
             } => {
                 tunnel::connect(ctx, head, rd, buf, wr, peer, started).await;
-                return;
+                return End::Done;
             }
             Pending::Reply(job) => {
                 let mut job = *job;
                 if let Some(tx) = job.continue_tx.take() {
                     if wr.write_all(CONTINUE).await.is_err() {
-                        return abort(wr);
+                        {
+                            abort(wr);
+                            return End::Done;
+                        }
                     }
                     let _ = tx.send(());
                 }
@@ -506,7 +563,7 @@ async fn write_replies<T: Transport>(
                             method: &job.method,
                             target: &job.log_target,
                             status: r.status,
-                            bytes_up: 0,
+                            bytes_up: job.uploaded.load(Ordering::Relaxed),
                             bytes_down: r.bytes,
                             duration: job.started.elapsed(),
                             outcome: r.far_error.as_deref().unwrap_or("ok"),
@@ -514,7 +571,7 @@ async fn write_replies<T: Transport>(
                         });
                         if r.close {
                             let _ = wr.shutdown().await;
-                            return;
+                            return End::Closed;
                         }
                     }
                     Err(RelayError::Before(err, _)) => {
@@ -525,13 +582,13 @@ async fn write_replies<T: Transport>(
                             method: &job.method,
                             target: &job.log_target,
                             status: err.status(),
-                            bytes_up: 0,
+                            bytes_up: job.uploaded.load(Ordering::Relaxed),
                             bytes_down: 0,
                             duration: job.started.elapsed(),
                             outcome: err.tag(),
                             detail: &err.to_string(),
                         });
-                        return;
+                        return End::Closed;
                     }
                     Err(RelayError::After(detail)) => {
                         log_access(&Access {
@@ -539,26 +596,29 @@ async fn write_replies<T: Transport>(
                             method: &job.method,
                             target: &job.log_target,
                             status: 0,
-                            bytes_up: 0,
+                            bytes_up: job.uploaded.load(Ordering::Relaxed),
                             bytes_down: 0,
                             duration: job.started.elapsed(),
                             outcome: "reply-cut",
                             detail: &detail,
                         });
-                        return abort(wr);
+                        {
+                            abort(wr);
+                            return End::Done;
+                        }
                     }
                 }
             }
         }
     }
     let _ = wr.shutdown().await;
+    End::Closed
 }
 
-/// Closes the client connection with a reset, so a cut reply is never mistaken for a
-/// complete one (even a close-delimited one).
-fn abort(wr: OwnedWriteHalf) {
+/// Makes the client connection end with a reset when it is closed (when [`serve`] returns),
+/// so a cut reply is never mistaken for a complete one (even a close-delimited one).
+pub(crate) fn abort(wr: TcpWriteHalf<'_>) {
     let _ = socket2::SockRef::from(wr.as_ref()).set_linger(Some(Duration::ZERO));
-    drop(wr);
 }
 
 /// What relaying a reply needs to know about its request.
@@ -580,7 +640,7 @@ struct Relayed {
 async fn relay<T: Transport, R: AsyncRead + Unpin>(
     ctx: &Ctx<T>,
     srd: &mut R,
-    wr: &mut OwnedWriteHalf,
+    wr: &mut TcpWriteHalf<'_>,
     job: &ReplyInfo,
 ) -> Result<Relayed, RelayError> {
     let far_err = |e: &std::io::Error| -> RelayError {
@@ -642,6 +702,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
         }
         BodyKind::Length(_) | BodyKind::None => OutFraming::Raw,
     };
+    headers.push(Header::new("Via", VIA));
     if close {
         headers.push(Header::new("Connection", "close"));
     } else if job.client_minor == 0 {
@@ -723,7 +784,7 @@ mod tests {
         assert_eq!(p.auth.target(), "example.com:8080");
         assert_eq!(
             String::from_utf8(p.head).unwrap(),
-            "GET /x?y HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\n\r\n"
+            "GET /x?y HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\nVia: 1.1 longhaul\r\n\r\n"
         );
         assert!(!p.close);
     }

@@ -26,6 +26,9 @@ pub const DEFAULT_CONNECTIONS: usize = 4;
 pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 60_000;
 /// Default drain grace period on SIGTERM.
 pub const DEFAULT_DRAIN_GRACE_MS: u64 = 10_000;
+/// Default limit of client connections served at once (each costs two small buffers and one
+/// task; further connections wait in the kernel's accept queue).
+pub const DEFAULT_MAX_CLIENT_CONNECTIONS: usize = 10_000;
 /// Default pipelining depth per client connection.
 pub const DEFAULT_MAX_PIPELINE: usize = 16;
 /// Default wait at start-up for the first pool connection.
@@ -189,6 +192,8 @@ pub struct EdgeConfig {
     pub max_header_bytes: usize,
     /// Pipelined requests in flight per client connection.
     pub max_pipeline: usize,
+    /// Client connections served at once.
+    pub max_client_connections: usize,
     /// Idle keep-alive timeout of client connections, in milliseconds.
     pub client_idle_timeout_ms: u64,
     /// Grace period for in-flight replies on SIGTERM, in milliseconds.
@@ -216,6 +221,7 @@ impl Default for EdgeConfig {
             connect_ports: Vec::new(),
             max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
             max_pipeline: DEFAULT_MAX_PIPELINE,
+            max_client_connections: DEFAULT_MAX_CLIENT_CONNECTIONS,
             client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
             drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
             log_format: LogFormat::Text,
@@ -294,6 +300,12 @@ impl EdgeConfig {
                 self.max_header_bytes
             ));
         }
+        if !(1..=1_000_000).contains(&self.max_client_connections) {
+            return Err(format!(
+                "max_client_connections {} must be in 1..=1000000",
+                self.max_client_connections
+            ));
+        }
         if !(1..=256).contains(&self.max_pipeline) {
             return Err(format!(
                 "max_pipeline {} must be in 1..=256",
@@ -334,6 +346,7 @@ impl EdgeConfig {
                 .as_ref()
                 .map(|t| t.http_ports.clone())
                 .unwrap_or_else(default_http_ports),
+            max_client_connections: self.max_client_connections,
         }
     }
 }
@@ -342,8 +355,10 @@ impl EdgeConfig {
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -19,9 +19,6 @@ use tokio::task::JoinSet;
 use crate::client::{self, Ctx, Entry, Settings};
 use crate::transport::Transport;
 
-/// Most client connections served at once; further connections wait in the kernel's accept queue.
-pub const DEFAULT_MAX_CLIENT_CONNECTIONS: usize = 10_000;
-
 /// The listeners of an edge.
 pub struct Listeners {
     /// Explicit proxy listener.
@@ -71,7 +68,7 @@ pub async fn run<T: Transport>(
     loop {
         // Reap finished connections so the set stays small.
         while conns.try_join_next().is_some() {}
-        let at_limit = conns.len() >= DEFAULT_MAX_CLIENT_CONNECTIONS;
+        let at_limit = conns.len() >= ctx.settings.max_client_connections;
         tokio::select! {
             _ = &mut shutdown => break,
             r = proxy.accept(), if !at_limit => match r {

@@ -12,10 +12,10 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
 use tokio::net::TcpStream;
 
-use crate::client::{self, ConnectReply, Ctx};
+use crate::client::{self, abort, ConnectReply, Ctx};
 use crate::errors::{log_access, Access, EdgeError};
 use crate::http1::{self, RequestHead};
 use crate::target::parse_authority;
@@ -30,9 +30,9 @@ const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 pub(crate) async fn connect<T: Transport>(
     ctx: &Ctx<T>,
     head: RequestHead,
-    rd: OwnedReadHalf,
+    rd: TcpReadHalf<'_>,
     mut buf: BytesMut,
-    mut wr: OwnedWriteHalf,
+    mut wr: TcpWriteHalf<'_>,
     peer: SocketAddr,
     started: Instant,
 ) {
@@ -164,13 +164,13 @@ pub(crate) async fn connect<T: Transport>(
 /// Tunnels an intercepted connection (not parsed as HTTP) to its original destination.
 pub(crate) async fn intercepted<T: Transport>(
     ctx: &Ctx<T>,
-    sock: TcpStream,
+    mut sock: TcpStream,
     peer: SocketAddr,
     orig: SocketAddr,
 ) {
     let started = Instant::now();
     let target = orig.to_string();
-    let (rd, wr) = sock.into_split();
+    let (rd, wr) = sock.split();
     let stream = match ctx
         .transport
         .open(StreamKind::Tunnel, &target, Bytes::new())
@@ -225,15 +225,10 @@ fn log_tunnel(
     });
 }
 
-fn abort(wr: OwnedWriteHalf) {
-    let _ = socket2::SockRef::from(wr.as_ref()).set_linger(Some(std::time::Duration::ZERO));
-    drop(wr);
-}
-
 async fn pump<T: Transport>(
     ctx: &Ctx<T>,
-    rd: OwnedReadHalf,
-    wr: OwnedWriteHalf,
+    rd: TcpReadHalf<'_>,
+    wr: TcpWriteHalf<'_>,
     stream: T::Stream,
     to_client: Bytes,
     already_up: u64,
@@ -247,8 +242,8 @@ async fn pump<T: Transport>(
 /// (then the client connection is reset and the stream dropped, which resets it).
 async fn pump_with_prefix<T: Transport>(
     ctx: &Ctx<T>,
-    rd: OwnedReadHalf,
-    mut wr: OwnedWriteHalf,
+    rd: TcpReadHalf<'_>,
+    mut wr: TcpWriteHalf<'_>,
     stream: T::Stream,
     to_client: Bytes,
     to_far: Bytes,
@@ -309,10 +304,7 @@ where
             }
         }
     }
-    let gone = || {
-        Err(std::io::Error::other(
-            "abandoned after the other direction failed",
-        ))
-    };
-    (ra.unwrap_or_else(gone), rb.unwrap_or_else(gone))
+    // A direction abandoned because the other failed reports no error of its own, so the
+    // failure logged is the real one.
+    (ra.unwrap_or(Ok(0)), rb.unwrap_or(Ok(0)))
 }

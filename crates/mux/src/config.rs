@@ -70,13 +70,16 @@ pub struct ConfigError(pub String);
 
 impl Config {
     /// Limits sized for a link of round-trip time `rtt` and rate `rate_bps`:
-    /// each stream's window is the bandwidth-delay product (so one stream alone
-    /// can fill the link), clamped to [`MIN_STREAM_WINDOW`]..=[`MAX_STREAM_WINDOW`];
+    /// each stream's window is twice the bandwidth-delay product, clamped to
+    /// [`MIN_STREAM_WINDOW`]..=[`MAX_STREAM_WINDOW`]. One BDP is not enough for
+    /// one stream to fill the link: credit comes back only after a round trip
+    /// plus the sender's queueing delay, and in steps of a quarter window
+    /// (PROTOCOL.md §4.2); with two BDPs one stream alone can fill it;
     /// `max_streams` is [`DEFAULT_MAX_STREAMS`] lowered if needed so that
     /// `max_streams × window` fits in [`DEFAULT_MAX_BUFFERED_BYTES`].
     pub fn for_link(rtt: Duration, rate_bps: u64) -> Config {
         let bdp = (rtt.as_secs_f64() * rate_bps as f64 / 8.0) as u64;
-        let window = bdp.clamp(u64::from(MIN_STREAM_WINDOW), u64::from(MAX_STREAM_WINDOW));
+        let window = (2 * bdp).clamp(u64::from(MIN_STREAM_WINDOW), u64::from(MAX_STREAM_WINDOW));
         let streams = (DEFAULT_MAX_BUFFERED_BYTES / window).min(u64::from(DEFAULT_MAX_STREAMS));
         Config {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
@@ -132,9 +135,9 @@ mod tests {
     #[test]
     fn defaults_are_sized_from_the_bdp_and_valid() {
         let c = Config::default();
-        // 130 ms x 100 Mbit/s = 1.625 MB.
-        assert_eq!(c.stream_window, 1_625_000);
-        assert_eq!(c.max_streams, 660);
+        // 2 x 130 ms x 100 Mbit/s = 3.25 MB.
+        assert_eq!(c.stream_window, 3_250_000);
+        assert_eq!(c.max_streams, 330);
         c.validate().unwrap();
     }
 

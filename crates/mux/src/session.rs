@@ -206,6 +206,8 @@ struct Conn {
     rtt: Option<Duration>,
     /// Listed in `Session::ready` and not yet taken by the driver.
     announced: bool,
+    /// The peer sent GOAWAY(NO_ERROR) on this lane: no new streams go here.
+    peer_draining: bool,
 }
 
 impl Conn {
@@ -234,8 +236,6 @@ pub struct Session {
     rr_cursor: usize,
     /// We sent a drain GOAWAY accepting streams up to this id.
     local_goaway: Option<u64>,
-    /// The peer sent a drain GOAWAY accepting streams up to this id.
-    peer_goaway: Option<u64>,
     /// Highest OPEN id accepted (remote side).
     highest_accepted: u64,
     ping_seq: u64,
@@ -263,7 +263,6 @@ impl Session {
             ready: VecDeque::new(),
             rr_cursor: 0,
             local_goaway: None,
-            peer_goaway: None,
             highest_accepted: 0,
             ping_seq: 0,
             scratch: Vec::new(),
@@ -320,6 +319,7 @@ impl Session {
                 next_ping: now,
                 rtt: None,
                 announced: false,
+                peer_draining: false,
             },
         );
         self.announce(id);
@@ -456,6 +456,18 @@ impl Session {
                 break;
             };
             let more = self.emit_one(id, max_frame, out);
+            if let Some(s) = self.streams.get(&id) {
+                if s.cancel_after_fin && s.fin_sent && s.reset.is_none() && !s.cleanly_done() {
+                    // Behind the FIN on the same connection: the peer reads
+                    // everything we wrote, then learns we stopped reading.
+                    Reset {
+                        stream: id,
+                        code: ErrorCode::CANCEL,
+                    }
+                    .encode(out);
+                    self.reset_local(id, ErrorCode::CANCEL, false, false);
+                }
+            }
             if let Some(s) = self.streams.get_mut(&id) {
                 s.in_sendq = more;
                 if more {
@@ -477,7 +489,8 @@ impl Session {
         })
     }
 
-    /// The next event, if any.
+    /// The next event, if any. Callers drain events after every input call;
+    /// repeated readiness events for one stream are coalesced.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -528,9 +541,19 @@ impl Session {
         }
     }
 
-    /// Whether we or the peer started a drain.
+    /// Whether we started a drain, or every lane that is up belongs to a
+    /// peer that did (a lane to a restarted peer is not draining).
     pub fn is_draining(&self) -> bool {
-        self.local_goaway.is_some() || self.peer_goaway.is_some()
+        self.local_goaway.is_some() || self.peer_draining()
+    }
+
+    fn peer_draining(&self) -> bool {
+        let mut up = self
+            .conns
+            .values()
+            .filter(|c| c.state == ConnState::Up)
+            .peekable();
+        up.peek().is_some() && up.all(|c| c.peer_draining)
     }
 
     /// Closes one lane with `code` (GOAWAY then close), resetting its streams.
@@ -611,7 +634,7 @@ impl Session {
         if self.next_stream > crate::varint::MAX {
             return Err(OpenError::Limit("stream ids exhausted"));
         }
-        let Some(conn) = self.choose_conn(None) else {
+        let Some(conn) = self.choose_conn(true) else {
             return Err(OpenError::Unavailable);
         };
         let id = self.next_stream;
@@ -720,7 +743,11 @@ impl Session {
         };
         s.released = true;
         if s.reset.is_none() && !s.cleanly_done() {
-            self.reset_local(id, ErrorCode::CANCEL, false, true);
+            if s.fin_queued && !s.fin_sent {
+                s.cancel_after_fin = true;
+            } else {
+                self.reset_local(id, ErrorCode::CANCEL, false, true);
+            }
         }
         self.gc(id);
     }
@@ -753,6 +780,13 @@ impl Session {
         Ok(s)
     }
 
+    /// Queues a readiness event unless the same one is already last in line.
+    fn push_coalesced(&mut self, ev: Event) {
+        if self.events.back() != Some(&ev) {
+            self.events.push_back(ev);
+        }
+    }
+
     fn announce(&mut self, conn: ConnId) {
         if let Some(c) = self.conns.get_mut(&conn) {
             if !c.announced {
@@ -762,12 +796,13 @@ impl Session {
         }
     }
 
-    /// Picks an Up lane by the policy, skipping `exclude` (PROTOCOL.md §5.1).
-    fn choose_conn(&mut self, exclude: Option<ConnId>) -> Option<ConnId> {
+    /// Picks an Up lane by the policy (PROTOCOL.md §5.1); a new stream
+    /// (`for_open`) skips lanes whose peer is draining.
+    fn choose_conn(&mut self, for_open: bool) -> Option<ConnId> {
         self.scratch.clear();
         self.scratch_loads.clear();
         for (id, c) in &self.conns {
-            if c.state == ConnState::Up && Some(*id) != exclude {
+            if c.state == ConnState::Up && !(for_open && c.peer_draining) {
                 let l = Load {
                     outstanding: c.outstanding(),
                     streams: c.streams,
@@ -802,7 +837,7 @@ impl Session {
             return Ok(());
         }
         let recv_conn = s.recv_conn;
-        let Some(conn) = self.choose_conn(None) else {
+        let Some(conn) = self.choose_conn(false) else {
             self.reset_local(id, ErrorCode::CONNECTION_LOST, false, false);
             return Err(StreamError::Reset {
                 code: ErrorCode::CONNECTION_LOST,
@@ -1208,12 +1243,16 @@ impl Session {
         s.bytes_received += n;
         if n > 0 {
             s.recv_buf_len += n;
-            s.recv_buf.push_back(data);
+            // Copied out of the connection's receive buffer: a slice would pin
+            // the whole read buffer it came from, so a peer sending many tiny
+            // frames to a stalled stream could hold far more memory than the
+            // stream's window. With a copy, buffered bytes are real bytes.
+            s.recv_buf.push_back(Bytes::copy_from_slice(&data));
         }
         if fin {
             s.fin_received = true;
         }
-        self.events.push_back(Event::Readable(id));
+        self.push_coalesced(Event::Readable(id));
         self.gc(id);
     }
 
@@ -1247,7 +1286,7 @@ impl Session {
             self.reset_local(w.stream, ErrorCode::FLOW_CONTROL_ERROR, false, true);
             return Ok(());
         }
-        self.events.push_back(Event::Writable(w.stream));
+        self.push_coalesced(Event::Writable(w.stream));
         self.account(w.stream);
         Ok(())
     }
@@ -1291,17 +1330,17 @@ impl Session {
             }
             return;
         }
-        let last = self
-            .peer_goaway
-            .map_or(g.last_stream, |l| l.min(g.last_stream));
-        let first_time = self.peer_goaway.is_none();
-        self.peer_goaway = Some(last);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.peer_draining = true;
+        }
         if self.role == Role::Edge {
-            // Streams above `last` were never processed: refused, retryable (§5.3).
+            // Streams above `last` sent on this lane were never processed:
+            // refused, retryable (§5.3).
+            let last = g.last_stream;
             let mut ids: Vec<u64> = self
                 .streams
                 .iter()
-                .filter(|(id, s)| **id > last && s.reset.is_none())
+                .filter(|(id, s)| **id > last && s.send_conn == Some(conn) && s.reset.is_none())
                 .map(|(id, _)| *id)
                 .collect();
             ids.sort_unstable();
@@ -1309,16 +1348,394 @@ impl Session {
                 self.reset_local(id, ErrorCode::REFUSED_STREAM, true, false);
             }
         }
-        if first_time {
-            self.events.push_back(Event::GoAway {
-                conn,
-                last_stream: last,
-            });
-        }
+        self.events.push_back(Event::GoAway {
+            conn,
+            last_stream: g.last_stream,
+        });
     }
 }
 
 /// Header bytes a DATA frame of stream `id` costs (PROTOCOL.md §2).
 pub fn data_overhead(id: u64) -> usize {
     header_len(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{Data as DataFrame, HELLO_LEN};
+
+    fn cfg() -> Config {
+        Config::for_link(Duration::from_millis(100), 10_000_000)
+    }
+
+    struct Pair {
+        t: Instant,
+        edge: Session,
+        remote: Session,
+        e: ConnId,
+        r: ConnId,
+    }
+
+    impl Pair {
+        fn new() -> Pair {
+            let t = Instant::now();
+            let mut edge = Session::new(Role::Edge, 9, cfg(), Policy::LeastOutstanding);
+            let mut remote = Session::new(Role::Remote, 9, cfg(), Policy::LeastOutstanding);
+            let e = edge.add_connection(t);
+            let r = remote.add_connection(t);
+            let mut p = Pair {
+                t,
+                edge,
+                remote,
+                e,
+                r,
+            };
+            p.shuttle();
+            assert_eq!(p.edge.up_connections(), 1);
+            assert_eq!(p.remote.up_connections(), 1);
+            assert_eq!(p.edge_events(), [Event::ConnectionUp(e)]);
+            assert_eq!(p.remote_events(), [Event::ConnectionUp(r)]);
+            p
+        }
+
+        /// Moves every pending byte both ways until quiet.
+        fn shuttle(&mut self) {
+            loop {
+                let mut a = Vec::new();
+                let mut b = Vec::new();
+                self.edge.poll_transmit(self.e, usize::MAX, &mut a);
+                self.remote.poll_transmit(self.r, usize::MAX, &mut b);
+                if a.is_empty() && b.is_empty() {
+                    return;
+                }
+                self.remote.handle_input(self.r, &a, self.t);
+                self.edge.handle_input(self.e, &b, self.t);
+            }
+        }
+
+        fn remote_events(&mut self) -> Vec<Event> {
+            std::iter::from_fn(|| self.remote.poll_event()).collect()
+        }
+
+        fn edge_events(&mut self) -> Vec<Event> {
+            std::iter::from_fn(|| self.edge.poll_event()).collect()
+        }
+
+        /// Feeds raw bytes to the remote as if the edge sent them.
+        fn feed_remote(&mut self, bytes: &[u8]) {
+            self.remote.handle_input(self.r, bytes, self.t);
+        }
+    }
+
+    fn closing_code(events: &[Event]) -> Option<ErrorCode> {
+        events.iter().find_map(|e| match e {
+            Event::ConnectionClosing { code, .. } => Some(*code),
+            _ => None,
+        })
+    }
+
+    fn read_all(s: &mut Session, id: u64) -> (Vec<u8>, bool) {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(id, &mut buf) {
+                Ok(Read::Data(n)) => out.extend_from_slice(&buf[..n]),
+                Ok(Read::Fin) => return (out, true),
+                Ok(Read::Blocked) | Err(_) => return (out, false),
+            }
+        }
+    }
+
+    #[test]
+    fn open_carries_first_bytes_and_both_directions_end_cleanly() {
+        let mut p = Pair::new();
+        let id = p
+            .edge
+            .open(Kind::Tunnel, "example.org:443", b"hello", true)
+            .unwrap();
+        p.shuttle();
+        let ev = p.remote_events();
+        assert!(ev.contains(&Event::Incoming {
+            id,
+            kind: Kind::Tunnel,
+            target: "example.org:443".into()
+        }));
+        assert_eq!(read_all(&mut p.remote, id), (b"hello".to_vec(), true));
+        assert_eq!(p.remote.send(id, b"world").unwrap(), 5);
+        p.remote.finish(id).unwrap();
+        p.remote.release(id);
+        p.shuttle();
+        assert_eq!(read_all(&mut p.edge, id), (b"world".to_vec(), true));
+        p.edge.release(id);
+        assert_eq!(p.edge.stream_count(), 0);
+        assert_eq!(p.remote.stream_count(), 0);
+    }
+
+    #[test]
+    fn first_frame_must_be_hello() {
+        let t = Instant::now();
+        let mut remote = Session::new(Role::Remote, 1, cfg(), Policy::RoundRobin);
+        let r = remote.add_connection(t);
+        let mut b = Vec::new();
+        Ping {
+            ack: false,
+            payload: 1,
+        }
+        .encode(&mut b);
+        remote.handle_input(r, &b, t);
+        let ev: Vec<_> = std::iter::from_fn(|| remote.poll_event()).collect();
+        assert_eq!(closing_code(&ev), Some(ErrorCode::PROTOCOL_ERROR));
+        let mut out = Vec::new();
+        remote.poll_transmit(r, usize::MAX, &mut out);
+        // Our HELLO, then the GOAWAY naming the error.
+        let mut buf = BytesMut::from(&out[..]);
+        assert!(matches!(
+            Frame::decode(&mut buf, 65535),
+            Ok(Some(Frame::Hello(_)))
+        ));
+        match Frame::decode(&mut buf, 65535) {
+            Ok(Some(Frame::GoAway(g))) => {
+                assert_eq!(g.code, ErrorCode::PROTOCOL_ERROR);
+                assert!(g.reason.contains("HELLO"), "{}", g.reason);
+            }
+            other => panic!("expected GOAWAY, got {other:?}"),
+        }
+        assert!(remote.wants_close(r));
+    }
+
+    #[test]
+    fn hello_version_role_and_session_are_checked() {
+        let t = Instant::now();
+        for (version, role, session, code) in [
+            (2, Role::Edge, 1, ErrorCode::VERSION_MISMATCH),
+            (VERSION, Role::Remote, 1, ErrorCode::PROTOCOL_ERROR),
+            (VERSION, Role::Edge, 2, ErrorCode::PROTOCOL_ERROR),
+        ] {
+            let mut remote = Session::new(Role::Remote, 1, cfg(), Policy::RoundRobin);
+            let r = remote.add_connection(t);
+            let mut b = Vec::new();
+            Hello {
+                version,
+                role,
+                session,
+                max_frame_size: 16384,
+                initial_window: 65536,
+                max_streams: 10,
+            }
+            .encode(&mut b);
+            assert_eq!(b.len(), 5 + HELLO_LEN);
+            remote.handle_input(r, &b, t);
+            let ev: Vec<_> = std::iter::from_fn(|| remote.poll_event()).collect();
+            assert_eq!(
+                closing_code(&ev),
+                Some(code),
+                "{version} {role:?} {session}"
+            );
+        }
+    }
+
+    #[test]
+    fn handshake_times_out() {
+        let t = Instant::now();
+        let mut edge = Session::new(Role::Edge, 1, cfg(), Policy::RoundRobin);
+        let c = edge.add_connection(t);
+        let deadline = edge.poll_timeout().unwrap();
+        assert_eq!(deadline, t + cfg().handshake_timeout);
+        edge.handle_timeout(deadline);
+        let ev: Vec<_> = std::iter::from_fn(|| edge.poll_event()).collect();
+        assert_eq!(closing_code(&ev), Some(ErrorCode::TIMEOUT));
+        assert_eq!(edge.connection(c).unwrap().state, ConnState::Closing);
+    }
+
+    #[test]
+    fn open_ids_must_increase_per_connection() {
+        let mut p = Pair::new();
+        let mut b = Vec::new();
+        Open::encode_parts(&mut b, 5, Kind::Http, "a:80", b"", false);
+        Open::encode_parts(&mut b, 3, Kind::Http, "a:80", b"", false);
+        p.feed_remote(&b);
+        let ev = p.remote_events();
+        assert!(matches!(ev[0], Event::Incoming { id: 5, .. }));
+        assert_eq!(closing_code(&ev), Some(ErrorCode::PROTOCOL_ERROR));
+    }
+
+    #[test]
+    fn data_for_a_stream_never_opened_is_a_protocol_error() {
+        let mut p = Pair::new();
+        let mut b = Vec::new();
+        DataFrame::encode_parts(&mut b, 40, b"x", false);
+        p.feed_remote(&b);
+        assert_eq!(
+            closing_code(&p.remote_events()),
+            Some(ErrorCode::PROTOCOL_ERROR)
+        );
+    }
+
+    #[test]
+    fn sending_beyond_the_window_resets_only_that_stream() {
+        let mut p = Pair::new();
+        let window = cfg().stream_window as usize;
+        let mut b = Vec::new();
+        Open::encode_parts(&mut b, 1, Kind::Tunnel, "a:1", b"", false);
+        Open::encode_parts(&mut b, 2, Kind::Tunnel, "a:2", b"ok", false);
+        let chunk = vec![0u8; 16384];
+        let mut sent = 0;
+        while sent <= window {
+            DataFrame::encode_parts(&mut b, 1, &chunk, false);
+            sent += chunk.len();
+        }
+        p.feed_remote(&b);
+        let ev = p.remote_events();
+        assert!(ev.contains(&Event::Reset {
+            id: 1,
+            code: ErrorCode::FLOW_CONTROL_ERROR,
+            retryable: false
+        }));
+        assert_eq!(closing_code(&ev), None);
+        assert_eq!(read_all(&mut p.remote, 2).0, b"ok");
+        // The RESET goes back to the edge.
+        let mut out = Vec::new();
+        p.remote.poll_transmit(p.r, usize::MAX, &mut out);
+        let mut buf = BytesMut::from(&out[..]);
+        let mut saw_reset = false;
+        while let Ok(Some(f)) = Frame::decode(&mut buf, 65535) {
+            saw_reset |= f
+                == Frame::Reset(Reset {
+                    stream: 1,
+                    code: ErrorCode::FLOW_CONTROL_ERROR,
+                });
+        }
+        assert!(saw_reset);
+    }
+
+    #[test]
+    fn writes_stop_at_the_window_and_resume_as_the_reader_consumes() {
+        let mut p = Pair::new();
+        let window = cfg().stream_window as usize;
+        let id = p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap();
+        let big = vec![7u8; window * 2];
+        let n = p.edge.send(id, &big).unwrap();
+        assert_eq!(n, window, "the application may only write within credit");
+        assert_eq!(p.edge.send(id, &big).unwrap(), 0);
+        p.shuttle();
+        assert_eq!(
+            p.edge.send(id, &big).unwrap(),
+            0,
+            "no credit back before reads"
+        );
+        let _ = p.remote_events();
+        let mut buf = vec![0u8; window / 2];
+        assert_eq!(p.remote.read(id, &mut buf).unwrap(), Read::Data(window / 2));
+        p.shuttle();
+        assert!(p.edge_events().contains(&Event::Writable(id)));
+        assert_eq!(p.edge.send_capacity(id), window / 2);
+    }
+
+    #[test]
+    fn release_after_finishing_delivers_our_bytes_then_cancels() {
+        let mut p = Pair::new();
+        let id = p.edge.open(Kind::Tunnel, "a:1", b"req", false).unwrap();
+        p.shuttle();
+        // The remote writes its reply, finishes and drops the stream without
+        // waiting for the edge's FIN.
+        p.remote.send(id, b"reply").unwrap();
+        p.remote.finish(id).unwrap();
+        p.remote.release(id);
+        p.shuttle();
+        assert_eq!(read_all(&mut p.edge, id), (b"reply".to_vec(), true));
+        assert!(p.edge_events().iter().any(|e| matches!(e,
+            Event::Reset { id: i, code: ErrorCode::CANCEL, .. } if *i == id)));
+        assert!(matches!(
+            p.edge.send(id, b"more"),
+            Err(StreamError::Reset {
+                code: ErrorCode::CANCEL,
+                ..
+            })
+        ));
+        p.edge.release(id);
+        assert_eq!(p.edge.stream_count(), 0);
+        assert_eq!(p.remote.stream_count(), 0);
+    }
+
+    #[test]
+    fn drain_refuses_new_streams_and_they_are_retryable() {
+        let mut p = Pair::new();
+        let a = p.edge.open(Kind::Http, "a:80", b"GET", true).unwrap();
+        p.shuttle();
+        // The edge opens b while the remote's GOAWAY is in flight.
+        p.remote.go_away("maintenance");
+        let b = p.edge.open(Kind::Http, "a:80", b"GET", true).unwrap();
+        p.shuttle();
+        let ev = p.edge_events();
+        assert!(ev.contains(&Event::Reset {
+            id: b,
+            code: ErrorCode::REFUSED_STREAM,
+            retryable: true
+        }));
+        assert!(ev
+            .iter()
+            .any(|e| matches!(e, Event::GoAway { last_stream, .. } if *last_stream == a)));
+        assert_eq!(
+            p.edge.open(Kind::Http, "a:80", b"", true),
+            Err(OpenError::Draining)
+        );
+        // The stream accepted before the drain still completes.
+        p.remote.send(a, b"200").unwrap();
+        p.remote.finish(a).unwrap();
+        p.shuttle();
+        assert_eq!(read_all(&mut p.edge, a), (b"200".to_vec(), true));
+    }
+
+    #[test]
+    fn ping_flood_without_reading_is_stopped() {
+        let t = Instant::now();
+        let small = Config {
+            max_control_bytes: 4096,
+            ..cfg()
+        };
+        let mut edge = Session::new(Role::Edge, 9, cfg(), Policy::LeastOutstanding);
+        let mut remote = Session::new(Role::Remote, 9, small, Policy::LeastOutstanding);
+        let e = edge.add_connection(t);
+        let r = remote.add_connection(t);
+        let mut hello = Vec::new();
+        edge.poll_transmit(e, usize::MAX, &mut hello);
+        let mut flood = hello;
+        for i in 0..1000 {
+            Ping {
+                ack: false,
+                payload: i,
+            }
+            .encode(&mut flood);
+        }
+        remote.handle_input(r, &flood, t);
+        let ev: Vec<_> = std::iter::from_fn(|| remote.poll_event()).collect();
+        assert_eq!(closing_code(&ev), Some(ErrorCode::ENHANCE_YOUR_CALM));
+    }
+
+    #[test]
+    fn frames_respect_the_peer_maximum_and_ids_cost_few_bytes() {
+        let mut p = Pair::new();
+        let id = p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap();
+        p.edge.send(id, &vec![1u8; 40_000]).unwrap();
+        let mut out = Vec::new();
+        p.edge.poll_transmit(p.e, usize::MAX, &mut out);
+        let mut buf = BytesMut::from(&out[..]);
+        let mut sizes = Vec::new();
+        while let Ok(Some(f)) = Frame::decode(&mut buf, 16384) {
+            if let Frame::Open(o) = &f {
+                sizes.push(o.data.len());
+            }
+            if let Frame::Data(d) = &f {
+                sizes.push(d.data.len());
+            }
+        }
+        assert!(buf.is_empty());
+        assert_eq!(sizes.iter().sum::<usize>(), 40_000);
+        assert!(sizes.iter().all(|s| *s <= 16384));
+        // 5 header + 3 kind/len + 3 target bytes of OPEN, 5-byte DATA headers.
+        let overhead = out.len() - 40_000;
+        assert_eq!(overhead, (5 + 3 + 3) + 5 * (sizes.len() - 1));
+        assert_eq!(data_overhead(id), 5);
+    }
 }

@@ -58,6 +58,10 @@ pub(crate) struct Stream {
     pub accounted: u64,
     /// The connections' stream counts no longer include this stream.
     pub unbound: bool,
+    /// Released after finishing our direction but before both ended: send
+    /// RESET(CANCEL) right behind our FIN, on the same connection, so the peer
+    /// still receives every byte we wrote (PROTOCOL.md §4.3).
+    pub cancel_after_fin: bool,
 }
 
 impl Stream {
@@ -84,6 +88,7 @@ impl Stream {
             in_sendq: false,
             accounted: 0,
             unbound: false,
+            cancel_after_fin: false,
         }
     }
 

@@ -30,6 +30,8 @@ pub trait Probe: Send + Sync + 'static {
     fn tcp_info(&self) -> Option<netsys::TcpInfo>;
     /// The peer's address.
     fn peer_addr(&self) -> Option<SocketAddr>;
+    /// Our address.
+    fn local_addr(&self) -> Option<SocketAddr>;
 }
 
 /// The future a [`Dialer`] returns.
@@ -47,6 +49,27 @@ impl<T: Carrier + ?Sized> Carrier for Box<T> {
     }
 }
 
+/// Turns an accepted, tuned TCP connection into the server's carrier (for
+/// example by running a TLS handshake over it); the identity for plain TCP.
+pub trait Upgrader: Send + Sync + 'static {
+    /// Wraps `tcp`; a carrier built on it should forward [`Carrier::probe`]
+    /// to `tcp.probe()` so the kernel queue stays visible.
+    fn upgrade(&self, tcp: TcpCarrier) -> DialFuture<'_>;
+}
+
+/// The plain-TCP [`Upgrader`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlainTcp;
+
+impl Upgrader for PlainTcp {
+    fn upgrade(&self, tcp: TcpCarrier) -> DialFuture<'_> {
+        Box::pin(async move {
+            let c: Box<dyn Carrier> = Box::new(tcp);
+            Ok(c)
+        })
+    }
+}
+
 /// A plain, tuned TCP connection.
 #[derive(Debug)]
 pub struct TcpCarrier {
@@ -59,6 +82,7 @@ pub struct TcpCarrier {
 pub struct TcpProbe {
     fd: OwnedFd,
     peer: Option<SocketAddr>,
+    local: Option<SocketAddr>,
 }
 
 impl Probe for TcpProbe {
@@ -71,6 +95,9 @@ impl Probe for TcpProbe {
     fn peer_addr(&self) -> Option<SocketAddr> {
         self.peer
     }
+    fn local_addr(&self) -> Option<SocketAddr> {
+        self.local
+    }
 }
 
 impl TcpCarrier {
@@ -81,9 +108,10 @@ impl TcpCarrier {
         // the carrier, so it never keeps a dead connection open.
         let fd = netsys::dup(stream.as_fd())?;
         let peer = stream.peer_addr().ok();
+        let local = stream.local_addr().ok();
         Ok(TcpCarrier {
             stream,
-            probe: Arc::new(TcpProbe { fd, peer }),
+            probe: Arc::new(TcpProbe { fd, peer, local }),
         })
     }
 }
@@ -133,6 +161,11 @@ pub fn tune(stream: &TcpStream, opts: &SocketOptions) -> io::Result<()> {
     s.set_nodelay(opts.nodelay)?;
     if let Some(cc) = &opts.congestion {
         if let Err(e) = s.set_tcp_congestion(cc.as_bytes()) {
+            // Logged once per process at warn level, then at debug: every
+            // pool connection would repeat the same message.
+            static WARNED: std::sync::atomic::AtomicBool =
+                std::sync::atomic::AtomicBool::new(false);
+            let first = !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed);
             let current = s
                 .tcp_congestion()
                 .map(|v| {
@@ -141,16 +174,24 @@ pub fn tune(stream: &TcpStream, opts: &SocketOptions) -> io::Result<()> {
                         .to_owned()
                 })
                 .unwrap_or_else(|_| "unknown".into());
-            tracing::warn!(
-                wanted = %cc,
-                using = %current,
-                error = %e,
-                "TCP congestion control not available; using the kernel default \
-                 (load the module, e.g. `modprobe tcp_{cc}`, or allow it in \
-                 net.ipv4.tcp_allowed_congestion_control)"
-            );
+            if first {
+                tracing::warn!(
+                    wanted = %cc,
+                    using = %current,
+                    error = %e,
+                    "TCP congestion control not available; using the kernel default \
+                     (load the module, e.g. `modprobe tcp_{cc}`, or allow it in \
+                     net.ipv4.tcp_allowed_congestion_control)"
+                );
+            } else {
+                tracing::debug!(wanted = %cc, using = %current, "TCP congestion control fallback");
+            }
         }
     }
+    tune_rest(&s, stream, opts)
+}
+
+fn tune_rest(s: &SockRef<'_>, stream: &TcpStream, opts: &SocketOptions) -> io::Result<()> {
     if let Some(l) = opts.notsent_lowat {
         netsys::set_notsent_lowat(stream, l)?;
     }
@@ -192,5 +233,46 @@ impl Dialer for TcpDialer {
             let c: Box<dyn Carrier> = Box::new(TcpCarrier::new(stream, &self.opts)?);
             Ok(c)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    #[tokio::test]
+    async fn tuning_is_applied_and_reported() {
+        let (c, _s) = pair().await;
+        let opts = SocketOptions::default();
+        let carrier = TcpCarrier::new(c, &opts).unwrap();
+        let s = SockRef::from(&carrier.stream);
+        assert!(s.nodelay().unwrap());
+        assert!(s.keepalive().unwrap());
+        assert_eq!(s.tcp_user_timeout().unwrap(), opts.user_timeout);
+        let cc = s.tcp_congestion().unwrap();
+        let cc = String::from_utf8_lossy(&cc);
+        // bbr where the kernel allows it; otherwise the logged fallback kept the default.
+        assert!(!cc.trim_end_matches('\0').is_empty());
+        let probe = carrier.probe();
+        assert!(probe.tcp_info().unwrap().snd_mss > 0);
+        assert_eq!(probe.kernel_outstanding(), 0);
+        assert!(probe.peer_addr().is_some() && probe.local_addr().is_some());
+    }
+
+    #[tokio::test]
+    async fn unknown_congestion_control_falls_back_without_failing() {
+        let (c, _s) = pair().await;
+        let opts = SocketOptions {
+            congestion: Some("no-such-cc".into()),
+            ..SocketOptions::default()
+        };
+        assert!(TcpCarrier::new(c, &opts).is_ok());
     }
 }

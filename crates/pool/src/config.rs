@@ -133,8 +133,13 @@ impl PoolConfig {
     }
 }
 
+/// Most pool connections a server carries at once (all edges together);
+/// further connections are closed at once with a logged reason. Each costs a
+/// task, two buffers and at most `max_streams` streams.
+pub const DEFAULT_MAX_SERVER_CONNECTIONS: usize = 1024;
+
 /// Remote-side server configuration.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Socket tuning of accepted connections.
     pub socket: SocketOptions,
@@ -142,4 +147,17 @@ pub struct ServerConfig {
     pub mux: mux::Config,
     /// How reply directions are bound to connections.
     pub policy: Policy,
+    /// Most concurrent pool connections (see [`DEFAULT_MAX_SERVER_CONNECTIONS`]).
+    pub max_connections: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            socket: SocketOptions::default(),
+            mux: mux::Config::default(),
+            policy: Policy::default(),
+            max_connections: DEFAULT_MAX_SERVER_CONNECTIONS,
+        }
+    }
 }

@@ -114,15 +114,18 @@ async fn writer(
                 i.session.handle_timeout(t);
             }
             i.session.poll_transmit(conn, DEFAULT_WRITE_CHUNK, &mut buf);
-            let close =
-                i.session.wants_close(conn) || (i.shutting_down && !i.session.has_transmit(conn));
+            // Closing: the GOAWAY is in `buf`. Shutting down (after the
+            // grace period): this last chunk goes, the rest is abandoned.
+            let close = i.session.wants_close(conn) || i.shutting_down;
             (close, i.session.poll_timeout())
         });
         if !buf.is_empty() {
             wr.write_all(&buf).await?;
             kernel = probe.kernel_outstanding();
             shared.op(|i| i.session.set_kernel_outstanding(conn, kernel));
-            continue;
+            if !close {
+                continue;
+            }
         }
         if close {
             let _ = wr.shutdown().await;

@@ -23,6 +23,31 @@ use crate::PoolError;
 pub struct Pool {
     shared: Arc<Shared>,
     ctl: Arc<Control>,
+    /// Held by the `Pool` handles only (not by the slot tasks): when the last
+    /// handle goes, the pool stops re-dialing and closes its connections.
+    _guard: Arc<StopOnDrop>,
+}
+
+struct StopOnDrop {
+    shared: Arc<Shared>,
+    ctl: Arc<Control>,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.ctl.stop();
+        self.shared.op(|i| {
+            i.shutting_down = true;
+            i.notify_all_lanes();
+        });
+    }
+}
+
+impl Control {
+    fn stop(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.close_notify.notify_waiters();
+    }
 }
 
 struct Control {
@@ -85,7 +110,15 @@ impl Pool {
             )));
         }
         *ctl.tasks.lock().unwrap_or_else(|p| p.into_inner()) = tasks;
-        Ok(Pool { shared, ctl })
+        let _guard = Arc::new(StopOnDrop {
+            shared: shared.clone(),
+            ctl: ctl.clone(),
+        });
+        Ok(Pool {
+            shared,
+            ctl,
+            _guard,
+        })
     }
 
     /// Waits until at least one connection has completed HELLO, or `timeout` passes.
@@ -140,8 +173,7 @@ impl Pool {
     /// GOAWAY on every connection, waits (at most `grace`) for open streams to
     /// finish, then closes the connections and stops re-dialing.
     pub async fn close(&self, grace: Duration) {
-        self.ctl.closed.store(true, Ordering::Release);
-        self.ctl.close_notify.notify_waiters();
+        self.ctl.stop();
         self.shared.op(|i| i.session.go_away("edge pool closing"));
         let idle = async {
             while self.shared.op(|i| i.session.stream_count()) > 0 {
@@ -210,6 +242,11 @@ async fn run_slot(
             "re-dialing after backoff"
         );
         let notified = ctl.close_notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if ctl.closed.load(Ordering::Acquire) {
+            break;
+        }
         tokio::select! {
             _ = tokio::time::sleep(d) => {}
             _ = notified => {}

@@ -11,6 +11,44 @@
 //! `TCP_USER_TIMEOUT`; buffers left to autotuning unless configured) and report
 //! `SIOCOUTQ` and `TCP_INFO` via [`netsys`].
 //!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use bytes::Bytes;
+//! use pool::{Kind, Pool, PoolConfig, Server, ServerConfig};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! // Remote side: accept streams and answer them.
+//! let server = Server::bind("127.0.0.1:4443".parse()?, ServerConfig::default()).await?;
+//! tokio::spawn(async move {
+//!     while let Some(inc) = server.accept().await {
+//!         let mut s = inc.stream; // inc.kind, inc.target say what to connect to
+//!         tokio::spawn(async move {
+//!             let _ = s.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").await;
+//!             let _ = s.shutdown().await;
+//!         });
+//!     }
+//! });
+//!
+//! // Edge side: a warm pool; opening a stream costs no round trip.
+//! let pool = Pool::start(PoolConfig { remote: "127.0.0.1:4443".into(), ..Default::default() });
+//! pool.ready(Duration::from_secs(5)).await;
+//! let req = Bytes::from_static(b"GET http://example.org/ HTTP/1.1\r\nHost: example.org\r\n\r\n");
+//! let mut s = pool.open(Kind::Http, "example.org:80", req).await?;
+//! s.shutdown().await?; // FIN: the request is complete
+//! let mut reply = Vec::new();
+//! match s.read_to_end(&mut reply).await {
+//!     Ok(_) => {}
+//!     Err(e) => match pool::stream_error(&e) {
+//!         Some(se) if se.retryable => { /* nothing of the reply arrived: send it again */ }
+//!         _ => return Err(e.into()),
+//!     },
+//! }
+//! pool.close(Duration::from_secs(1)).await;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! What it does NOT do: no protocol logic (framing, credit, scheduling live in
 //! `mux`), no TLS or QUIC yet (they plug in through [`Carrier`] and [`Dialer`]),
 //! no HTTP.
@@ -27,7 +65,9 @@ mod stats;
 mod stream;
 
 pub use backoff::Backoff;
-pub use carrier::{tune, Carrier, DialFuture, Dialer, Probe, TcpCarrier, TcpDialer, TcpProbe};
+pub use carrier::{
+    tune, Carrier, DialFuture, Dialer, PlainTcp, Probe, TcpCarrier, TcpDialer, TcpProbe, Upgrader,
+};
 pub use config::*;
 pub use edge::Pool;
 pub use mux::{ErrorCode, Kind, Policy};

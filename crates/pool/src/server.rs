@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::carrier::{Carrier, TcpCarrier};
+use crate::carrier::{PlainTcp, TcpCarrier, Upgrader};
 use crate::config::ServerConfig;
 use crate::driver::run_lane;
 use crate::shared::Shared;
@@ -30,11 +30,14 @@ pub struct Server {
 struct ServerInner {
     local_addr: SocketAddr,
     cfg: ServerConfig,
+    upgrader: Arc<dyn Upgrader>,
     /// Sessions by edge session id; a session is removed when its last lane ends.
     sessions: Mutex<HashMap<u64, Arc<Shared>>>,
     rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>,
     tx: mpsc::UnboundedSender<Incoming>,
     shutdown: watch::Sender<bool>,
+    /// Live pool connections (at most `cfg.max_connections`).
+    live: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Server {
@@ -46,11 +49,27 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// Binds `addr` and starts accepting pool connections.
+    /// Binds `addr` and starts accepting pool connections over plain TCP.
     pub async fn bind(addr: SocketAddr, cfg: ServerConfig) -> io::Result<Server> {
+        Server::bind_with(addr, cfg, Arc::new(PlainTcp)).await
+    }
+
+    /// Like [`Server::bind`], with each accepted connection passed through
+    /// `upgrader` (TLS, for example) before the HELLO is read.
+    pub async fn bind_with(
+        addr: SocketAddr,
+        cfg: ServerConfig,
+        upgrader: Arc<dyn Upgrader>,
+    ) -> io::Result<Server> {
         cfg.mux
             .validate()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        if cfg.max_connections == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "max_connections must be at least 1",
+            ));
+        }
         let sock = socket2::Socket::new(
             socket2::Domain::for_address(addr),
             socket2::Type::STREAM,
@@ -67,10 +86,12 @@ impl Server {
         let inner = Arc::new(ServerInner {
             local_addr,
             cfg,
+            upgrader,
             sessions: Mutex::new(HashMap::new()),
             rx: tokio::sync::Mutex::new(rx),
             tx,
             shutdown,
+            live: std::sync::atomic::AtomicUsize::new(0),
         });
         let accept_task = tokio::spawn(accept_loop(Arc::downgrade(&inner), listener));
         Ok(Server { inner, accept_task })
@@ -104,10 +125,16 @@ impl Server {
             s.op(|i| i.session.go_away("remote shutting down"));
         }
         let idle = async {
-            while sessions
-                .iter()
-                .any(|s| s.op(|i| i.session.stream_count()) > 0)
-            {
+            loop {
+                // Streams accepted by a session but no longer handed out
+                // (accept returns None now) were never processed: refuse them.
+                self.inner.refuse_queued();
+                if !sessions
+                    .iter()
+                    .any(|s| s.op(|i| i.session.stream_count()) > 0)
+                {
+                    break;
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         };
@@ -137,12 +164,29 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// Stops accepting and closes every connection (without waiting).
     fn drop(&mut self) {
         self.accept_task.abort();
+        self.inner.shutdown.send_replace(true);
+        for s in self.inner.sessions() {
+            s.op(|i| {
+                i.shutting_down = true;
+                i.notify_all_lanes();
+            });
+        }
     }
 }
 
 impl ServerInner {
+    /// Resets every incoming stream still queued with REFUSED_STREAM (retryable).
+    fn refuse_queued(&self) {
+        if let Ok(mut rx) = self.rx.try_lock() {
+            while let Ok(inc) = rx.try_recv() {
+                inc.stream.refuse();
+            }
+        }
+    }
+
     fn sessions(&self) -> Vec<Arc<Shared>> {
         self.sessions
             .lock()
@@ -166,17 +210,34 @@ async fn accept_loop(inner: Weak<ServerInner>, listener: TcpListener) {
         let Some(server) = inner.upgrade() else {
             return;
         };
+        use std::sync::atomic::Ordering::SeqCst;
+        if server.live.fetch_add(1, SeqCst) >= server.cfg.max_connections {
+            server.live.fetch_sub(1, SeqCst);
+            tracing::warn!(
+                %peer,
+                max = server.cfg.max_connections,
+                "pool connection refused: too many connections"
+            );
+            drop(stream);
+            continue;
+        }
         tokio::spawn(async move {
-            if let Err(e) = serve_conn(server, stream).await {
+            if let Err(e) = serve_conn(server.clone(), stream).await {
                 tracing::warn!(%peer, error = %e, "pool connection rejected");
             }
+            server.live.fetch_sub(1, SeqCst);
         });
     }
 }
 
 async fn serve_conn(server: Arc<ServerInner>, stream: TcpStream) -> io::Result<()> {
-    let carrier = TcpCarrier::new(stream, &server.cfg.socket)?;
-    let mut carrier: Box<dyn Carrier> = Box::new(carrier);
+    let tcp = TcpCarrier::new(stream, &server.cfg.socket)?;
+    let mut carrier = tokio::time::timeout(
+        server.cfg.mux.handshake_timeout,
+        server.upgrader.upgrade(tcp),
+    )
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "carrier upgrade timed out"))??;
     // Read until the edge's HELLO is complete to learn its session id (§3.1).
     let mut pre = Vec::new();
     let hello = tokio::time::timeout(server.cfg.mux.handshake_timeout, async {

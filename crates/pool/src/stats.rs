@@ -34,6 +34,8 @@ pub struct ConnStats {
     pub state: LaneState,
     /// Peer address.
     pub peer: Option<SocketAddr>,
+    /// Our address.
+    pub local: Option<SocketAddr>,
     /// Round-trip time measured by the last PING.
     pub rtt: Option<Duration>,
     /// Kernel view (`TCP_INFO`): rtt, cwnd, retransmits.
@@ -67,6 +69,7 @@ pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
                 mux::ConnState::Closing => LaneState::Closing,
             },
             peer: lane.probe.peer_addr(),
+            local: lane.probe.local_addr(),
             rtt: snap.rtt,
             tcp_info: lane.probe.tcp_info(),
             queued: snap.queued,
@@ -89,6 +92,7 @@ pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
                 slot: Some(n),
                 state: s.state,
                 peer: None,
+                local: None,
                 rtt: None,
                 tcp_info: None,
                 queued: 0,

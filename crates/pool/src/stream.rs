@@ -44,6 +44,22 @@ impl MuxStream {
         self.shared.op(|i| i.session.reset(id, code));
     }
 
+    /// Ids of the connections (as in [`crate::ConnStats::id`]) our direction
+    /// and the peer's direction are bound to, once bound (diagnostics).
+    pub fn connections(&self) -> (Option<u64>, Option<u64>) {
+        let id = self.id;
+        self.shared.op(|i| {
+            i.session.stream(id).map_or((None, None), |s| {
+                (s.send_conn.map(|c| c.0), s.recv_conn.map(|c| c.0))
+            })
+        })
+    }
+
+    /// Resets with REFUSED_STREAM (never processed: the edge may retry) and drops.
+    pub(crate) fn refuse(mut self) {
+        self.reset(ErrorCode::REFUSED_STREAM);
+    }
+
     /// Bytes of the peer's direction delivered to us so far.
     pub fn bytes_received(&self) -> u64 {
         let id = self.id;

@@ -103,6 +103,19 @@ async fn many_concurrent_streams_echo_byte_exact() {
         stats.iter().all(|s| s.state == pool::LaneState::Up),
         "{stats:?}"
     );
+    // Every connection PINGed at start: its RTT and kernel view are reported.
+    for _ in 0..2000 {
+        if pool.stats().iter().all(|s| s.rtt.is_some()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for s in pool.stats() {
+        assert!(s.rtt.is_some(), "{s:?}");
+        let info = s.tcp_info.expect("TCP_INFO snapshot");
+        assert!(info.snd_mss > 0 && info.snd_cwnd > 0);
+        assert_eq!(s.peer, Some(server.local_addr()));
+    }
     let sstats = server.stats();
     assert_eq!(sstats.len(), 3);
     assert!(sstats.iter().all(|s| s.session == pool.session_id()));
@@ -146,4 +159,108 @@ async fn open_without_connection_is_unavailable_at_once() {
     assert_eq!(st.len(), 1);
     assert!(st[0].reconnects >= 1, "{st:?}");
     pool.close(Duration::from_millis(10)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_shutdown_drains_streams_in_progress_and_refuses_new_ones() {
+    let server = std::sync::Arc::new(echo_server().await);
+    spawn_echo(server.clone());
+    let pool = Pool::start(pool_cfg(server.local_addr(), 2));
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    let mut s = pool
+        .open(Kind::Tunnel, "echo:7", Bytes::from_static(b"before"))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 6];
+    s.read_exact(&mut buf).await.unwrap();
+    let srv = server.clone();
+    let shut = tokio::spawn(async move { srv.shutdown(Duration::from_secs(5)).await });
+    // Once the GOAWAY arrived, new streams are refused at once.
+    let mut refused = false;
+    for _ in 0..2000 {
+        match pool.open(Kind::Tunnel, "echo:7", Bytes::new()).await {
+            Err(pool::PoolError::Draining) => {
+                refused = true;
+                break;
+            }
+            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+    assert!(refused, "opens were not refused during the drain");
+    // The stream accepted before the drain still completes.
+    s.write_all(b" after").await.unwrap();
+    s.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    assert_eq!(rest, b" after");
+    drop(s);
+    tokio::time::timeout(Duration::from_secs(5), shut)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(server.accept().await.is_none());
+    pool.close(Duration::from_millis(100)).await;
+}
+
+/// Counts upgrades and passes the TCP carrier through (stands in for TLS).
+struct Counting(std::sync::atomic::AtomicUsize);
+
+impl pool::Upgrader for Counting {
+    fn upgrade(&self, tcp: pool::TcpCarrier) -> pool::DialFuture<'_> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        pool::PlainTcp.upgrade(tcp)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_passes_every_connection_through_its_upgrader() {
+    let up = std::sync::Arc::new(Counting(Default::default()));
+    let server = std::sync::Arc::new(
+        Server::bind_with(
+            "127.0.0.1:0".parse().unwrap(),
+            ServerConfig::default(),
+            up.clone(),
+        )
+        .await
+        .unwrap(),
+    );
+    spawn_echo(server.clone());
+    let pool = Pool::start(pool_cfg(server.local_addr(), 2));
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    echo_once(&pool, 1, 5000).await.unwrap();
+    for _ in 0..2000 {
+        if up.0.load(std::sync::atomic::Ordering::SeqCst) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(up.0.load(std::sync::atomic::Ordering::SeqCst), 2);
+    pool.close(Duration::from_millis(100)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_caps_its_connections() {
+    let cfg = ServerConfig {
+        max_connections: 2,
+        ..ServerConfig::default()
+    };
+    let server = std::sync::Arc::new(
+        Server::bind("127.0.0.1:0".parse().unwrap(), cfg)
+            .await
+            .unwrap(),
+    );
+    spawn_echo(server.clone());
+    let pool = Pool::start(pool_cfg(server.local_addr(), 3));
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.stats().len(), 2);
+    let up = pool
+        .stats()
+        .iter()
+        .filter(|s| s.state == pool::LaneState::Up)
+        .count();
+    assert_eq!(up, 2);
+    // The pool still works over the connections it has.
+    echo_once(&pool, 3, 10_000).await.unwrap();
+    pool.close(Duration::from_millis(100)).await;
 }

@@ -27,7 +27,7 @@ use hyper::body::Frame;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
@@ -221,9 +221,18 @@ async fn reply_error<S: FarStream>(
 async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     let started = Instant::now();
     let mut buf = BytesMut::with_capacity(8192);
-    let head = match http1::read_request_head(&mut stream, &mut buf, ctx.settings.max_header_bytes)
-        .await
-    {
+    // The head travels in the OPEN's first bytes; a stream without one is not waited for long.
+    let head = tokio::time::timeout(
+        ctx.settings.origin_timeout,
+        http1::read_request_head(&mut stream, &mut buf, ctx.settings.max_header_bytes),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(http1::HeadError::Malformed(
+            "no request head on the stream in time".into(),
+        ))
+    });
+    let head = match head {
         Ok(Some(h)) => h,
         Ok(None) => {
             let e = RemoteError::BadRequest("the stream ended before a request".into());
@@ -248,25 +257,42 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     let (body_tx, body_rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(DEFAULT_BODY_CHANNEL);
     let uploaded = AtomicU64::new(0);
     let result = {
+        // Feeds the request body to hyper, then watches the stream: a reset from the edge (the
+        // client went away) cancels the fetch instead of waiting for the origin. Completes
+        // only with the reason of such a failure.
         let feed = async {
-            // Owned here so the body ends (sender dropped) when the feed ends.
-            let body_tx = body_tx;
-            let mut dec = BodyDecoder::new(body_kind);
-            loop {
-                match dec.next(&mut rd, &mut buf).await {
-                    Ok(Some(piece)) => {
-                        uploaded.fetch_add(piece.len() as u64, Ordering::Relaxed);
-                        if body_tx.send(Ok(Frame::data(piece))).await.is_err() {
-                            return;
+            {
+                // Owned here so the body ends (sender dropped) when it is complete.
+                let body_tx = body_tx;
+                let mut dec = BodyDecoder::new(body_kind);
+                loop {
+                    match dec.next(&mut rd, &mut buf).await {
+                        Ok(Some(piece)) => {
+                            uploaded.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                            if body_tx.send(Ok(Frame::data(piece))).await.is_err() {
+                                break;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            let _ = body_tx
+                                .send(Err(Box::new(std::io::Error::other(e.to_string()))))
+                                .await;
+                            return e.to_string();
                         }
                     }
-                    Ok(None) => return,
-                    Err(e) => {
-                        let _ = body_tx
-                            .send(Err(Box::new(std::io::Error::other(e.to_string()))))
-                            .await;
-                        return;
-                    }
+                }
+            }
+            let mut scratch = [0u8; 512];
+            loop {
+                match rd.read(&mut scratch).await {
+                    // FIN: nothing more will come on this side. (A reset arriving after the FIN
+                    // is not reported by reads; the fetch then ends with the origin's reply or
+                    // `origin_timeout`, and writing the reply notices the reset.)
+                    Ok(0) => std::future::pending::<()>().await,
+                    // Bytes after the request are ignored (the stream carries one request).
+                    Ok(_) => {}
+                    Err(e) => return e.to_string(),
                 }
             }
         };
@@ -333,12 +359,9 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
             write_response(&mut wr, &method, res).await
         };
         tokio::pin!(feed, respond);
-        let mut fed = false;
-        loop {
-            tokio::select! {
-                r = &mut respond => break r,
-                _ = &mut feed, if !fed => fed = true,
-            }
+        tokio::select! {
+            r = &mut respond => r,
+            why = &mut feed => Err(Outcome::Cut(format!("edge cancelled the stream: {why}"))),
         }
     };
     let up = uploaded.load(Ordering::Relaxed);

@@ -257,6 +257,7 @@ async fn pair_with(
         connect_ports: Vec::new(),
         allowed_clients: vec!["127.0.0.0/8".parse().unwrap()],
         transparent_http_ports: vec![80],
+        max_client_connections: 1000,
     };
     tweak(&mut settings);
     let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -584,4 +585,42 @@ async fn forbidden_client_and_connect_port_get_403() {
     let (h, _) = one_shot(p.edge, b"CONNECT example.com:25 HTTP/1.1\r\n\r\n").await;
     assert_eq!(h.status, 403);
     assert_eq!(header(&h, "x-longhaul-error"), Some("forbidden-target"));
+}
+
+#[tokio::test]
+async fn deep_pipelines_are_answered_in_order() {
+    let p = pair(ConnectReply::Optimistic, 0, true).await;
+    let mut c = TcpStream::connect(p.edge).await.unwrap();
+    // 60 requests (more than the pipelining depth of 16), sizes differing so order shows.
+    let mut reqs = String::new();
+    for i in 0..60 {
+        reqs.push_str(&format!(
+            "GET http://{}/len/{} HTTP/1.1\r\n\r\n",
+            p.origin,
+            1000 + i
+        ));
+    }
+    c.write_all(reqs.as_bytes()).await.unwrap();
+    let mut buf = BytesMut::new();
+    for i in 0..60 {
+        let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+        assert_eq!((h.status, b.len()), (200, 1000 + i));
+    }
+}
+
+#[tokio::test]
+async fn http10_client_gets_a_close_delimited_body() {
+    let p = pair(ConnectReply::Optimistic, 0, true).await;
+    let mut c = TcpStream::connect(p.edge).await.unwrap();
+    c.write_all(format!("GET http://{}/chunked/5000 HTTP/1.0\r\n\r\n", p.origin).as_bytes())
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    c.read_to_end(&mut all).await.unwrap();
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&all[..split]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert_eq!(&all[split..], &pattern(5000)[..]);
 }

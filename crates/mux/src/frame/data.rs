@@ -60,6 +60,17 @@ mod tests {
     }
 
     #[test]
+    fn matches_the_protocol_example() {
+        // PROTOCOL.md §2: `hello` on stream 300 with FIN.
+        let mut b = Vec::new();
+        Data::encode_parts(&mut b, 300, b"hello", true);
+        assert_eq!(
+            b,
+            [0x03, 0x01, 0x00, 0x05, 0x41, 0x2c, b'h', b'e', b'l', b'l', b'o']
+        );
+    }
+
+    #[test]
     fn bare_fin_round_trips_and_empty_data_is_malformed() {
         let f = Frame::Data(Data {
             stream: 3,

@@ -1,0 +1,563 @@
+//! Design tests over a deterministic virtual-time link model.
+//!
+//! Two sessions (edge, remote) are joined by N lanes. Each lane direction has a
+//! "kernel" send queue: the driver model moves frames from the session into it
+//! while fewer than `LOWAT` bytes are unsent (as `TCP_NOTSENT_LOWAT` does) and
+//! reports unsent + unacknowledged bytes (as `SIOCOUTQ` does). The link
+//! serializes the lanes' unsent bytes at a shared rate (fair per lane, one MSS
+//! at a time), delivers them after the one-way delay, and acknowledges them one
+//! more delay later. No congestion window: a rate model, which is enough to
+//! show how the scheduler and flow control behave. Time advances in 1 ms ticks.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use mux::{Config, ConnId, ErrorCode, Event, Kind, Policy, Read, Role, Session};
+
+const TICK: Duration = Duration::from_millis(1);
+const MSS: usize = 1448;
+const LOWAT: usize = 128 * 1024;
+
+/// One direction of one lane.
+#[derive(Default)]
+struct Pipe {
+    /// Written, not yet on the wire.
+    unsent: VecDeque<u8>,
+    /// On the wire: (arrival tick, bytes).
+    flight: VecDeque<(u64, Vec<u8>)>,
+    /// Sent, not acknowledged: (ack tick, bytes).
+    unacked: VecDeque<(u64, usize)>,
+    unacked_bytes: usize,
+}
+
+struct Lane {
+    edge: ConnId,
+    remote: ConnId,
+    /// [0] edge -> remote, [1] remote -> edge.
+    pipes: [Pipe; 2],
+    alive: bool,
+}
+
+/// What the remote application does with a stream: reply with `size` bytes
+/// starting at tick `start` (the target string is `reply:<size>:<delay_ms>`).
+struct Reply {
+    remaining: u64,
+    start: u64,
+    fed: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct EdgeStream {
+    received: u64,
+    done_at: Option<u64>,
+    reset: Option<(ErrorCode, bool)>,
+}
+
+struct World {
+    base: Instant,
+    tick: u64,
+    delay_ticks: u64,
+    /// Link rate in bytes per tick, per direction.
+    rate: usize,
+    edge: Session,
+    remote: Session,
+    lanes: Vec<Lane>,
+    replies: BTreeMap<u64, Reply>,
+    streams: BTreeMap<u64, EdgeStream>,
+    /// Edge streams whose reader has stopped.
+    stalled: Vec<u64>,
+    edge_events: Vec<Event>,
+    remote_events: Vec<Event>,
+    rr: usize,
+}
+
+impl World {
+    fn new(lanes: usize, edge_policy: Policy, remote_policy: Policy) -> World {
+        let cfg = Config::for_link(Duration::from_millis(130), 100_000_000);
+        let base = Instant::now();
+        let mut w = World {
+            base,
+            tick: 0,
+            delay_ticks: 65,
+            rate: 100_000_000 / 8 / 1000,
+            edge: Session::new(Role::Edge, 77, cfg.clone(), edge_policy),
+            remote: Session::new(Role::Remote, 77, cfg, remote_policy),
+            lanes: Vec::new(),
+            replies: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            stalled: Vec::new(),
+            edge_events: Vec::new(),
+            remote_events: Vec::new(),
+            rr: 0,
+        };
+        for _ in 0..lanes {
+            w.add_lane();
+        }
+        // Let the HELLOs cross.
+        w.run_until(
+            |w| w.edge.up_connections() == lanes && w.remote.up_connections() == lanes,
+            1000,
+        );
+        w
+    }
+
+    fn now(&self) -> Instant {
+        self.base + TICK * self.tick as u32
+    }
+
+    fn add_lane(&mut self) -> usize {
+        let now = self.now();
+        let edge = self.edge.add_connection(now);
+        let remote = self.remote.add_connection(now);
+        self.lanes.push(Lane {
+            edge,
+            remote,
+            pipes: [Pipe::default(), Pipe::default()],
+            alive: true,
+        });
+        self.lanes.len() - 1
+    }
+
+    fn lane_of_edge(&self, c: ConnId) -> Option<usize> {
+        self.lanes.iter().position(|l| l.alive && l.edge == c)
+    }
+
+    /// The transport of lane `i` dies; both sides notice.
+    fn kill_lane(&mut self, i: usize) {
+        let now = self.now();
+        let l = &mut self.lanes[i];
+        l.alive = false;
+        l.pipes = [Pipe::default(), Pipe::default()];
+        let (e, r) = (l.edge, l.remote);
+        self.edge.connection_lost(e, now);
+        self.remote.connection_lost(r, now);
+    }
+
+    /// Appends raw bytes to the edge -> remote kernel queue of lane `i`, at a
+    /// frame boundary (what a misbehaving edge would write).
+    fn inject_from_edge(&mut self, i: usize, bytes: &[u8]) {
+        self.pump();
+        self.lanes[i].pipes[0].unsent.extend(bytes);
+    }
+
+    fn open(&mut self, size: u64, delay_ms: u64) -> u64 {
+        let id = self
+            .edge
+            .open(
+                Kind::Http,
+                &format!("reply:{size}:{delay_ms}"),
+                b"GET / HTTP/1.1\r\n\r\n",
+                true,
+            )
+            .expect("open");
+        self.streams.insert(id, EdgeStream::default());
+        id
+    }
+
+    fn pump(&mut self) {
+        let mut buf = Vec::new();
+        for l in self.lanes.iter_mut().filter(|l| l.alive) {
+            for (dir, (s, c)) in [(&mut self.edge, l.edge), (&mut self.remote, l.remote)]
+                .into_iter()
+                .enumerate()
+            {
+                let p = &mut l.pipes[dir];
+                while p.unsent.len() < LOWAT {
+                    buf.clear();
+                    if s.poll_transmit(c, LOWAT - p.unsent.len(), &mut buf) == 0 {
+                        break;
+                    }
+                    p.unsent.extend(&buf);
+                }
+                s.set_kernel_outstanding(c, (p.unsent.len() + p.unacked_bytes) as u64);
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        let now = self.now();
+        for s in [&mut self.edge, &mut self.remote] {
+            if s.poll_timeout().is_some_and(|t| t <= now) {
+                s.handle_timeout(now);
+            }
+        }
+        self.apps();
+        self.pump();
+        // Serialize onto the link: fair share per lane, MSS at a time.
+        let tick = self.tick;
+        for dir in 0..2 {
+            let mut budget = self.rate;
+            let n = self.lanes.len();
+            let mut idle_rounds = 0;
+            while budget > 0 && idle_rounds < n {
+                let i = self.rr % n;
+                self.rr += 1;
+                let alive = self.lanes[i].alive;
+                let p = &mut self.lanes[i].pipes[dir];
+                if !alive || p.unsent.is_empty() {
+                    idle_rounds += 1;
+                    continue;
+                }
+                idle_rounds = 0;
+                let k = p.unsent.len().min(MSS).min(budget);
+                budget -= k;
+                let seg: Vec<u8> = p.unsent.drain(..k).collect();
+                p.flight.push_back((tick + self.delay_ticks, seg));
+                p.unacked.push_back((tick + 2 * self.delay_ticks, k));
+                p.unacked_bytes += k;
+            }
+        }
+        // Deliver and acknowledge what is due.
+        for i in 0..self.lanes.len() {
+            for dir in 0..2 {
+                loop {
+                    let l = &mut self.lanes[i];
+                    if !l.alive {
+                        break;
+                    }
+                    let p = &mut l.pipes[dir];
+                    while p.unacked.front().is_some_and(|(t, _)| *t <= tick) {
+                        let (_, k) = p.unacked.pop_front().unwrap();
+                        p.unacked_bytes -= k;
+                    }
+                    if p.flight.front().is_none_or(|(t, _)| *t > tick) {
+                        break;
+                    }
+                    let (_, seg) = p.flight.pop_front().unwrap();
+                    let (e, r) = (l.edge, l.remote);
+                    if dir == 0 {
+                        self.remote.handle_input(r, &seg, now);
+                    } else {
+                        self.edge.handle_input(e, &seg, now);
+                    }
+                }
+            }
+        }
+        // A lane whose side asked to close (after its GOAWAY left) goes away.
+        for i in 0..self.lanes.len() {
+            let l = &self.lanes[i];
+            if l.alive
+                && l.pipes
+                    .iter()
+                    .all(|p| p.unsent.is_empty() && p.flight.is_empty())
+                && (self.edge.wants_close(l.edge) || self.remote.wants_close(l.remote))
+            {
+                self.kill_lane(i);
+            }
+        }
+        self.tick += 1;
+    }
+
+    /// The applications: the remote replies, the edge reads (unless stalled).
+    fn apps(&mut self) {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Some(ev) = self.remote.poll_event() {
+            if let Event::Incoming { id, target, .. } = &ev {
+                let mut parts = target.split(':').skip(1);
+                let size = parts.next().unwrap().parse().unwrap();
+                let delay: u64 = parts.next().unwrap().parse().unwrap();
+                self.replies.insert(
+                    *id,
+                    Reply {
+                        remaining: size,
+                        start: self.tick + delay,
+                        fed: 0,
+                    },
+                );
+            }
+            if let Event::Reset { id, .. } = &ev {
+                // The remote application gives up a reset stream at once.
+                if self.replies.remove(id).is_some() {
+                    self.remote.release(*id);
+                }
+            }
+            self.remote_events.push(ev);
+        }
+        let ids: Vec<u64> = self.replies.keys().copied().collect();
+        for id in ids {
+            // Drain the request.
+            while let Ok(Read::Data(_)) = self.remote.read(id, &mut buf) {}
+            let r = self.replies.get_mut(&id).unwrap();
+            if self.tick < r.start {
+                continue;
+            }
+            let mut failed = false;
+            while r.remaining > 0 {
+                let k = (r.remaining as usize).min(buf.len());
+                match self.remote.send(id, &buf[..k]) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        r.remaining -= n as u64;
+                        r.fed += n as u64;
+                    }
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            if failed || r.remaining == 0 {
+                if !failed {
+                    let _ = self.remote.finish(id);
+                }
+                self.remote.release(id);
+                self.replies.remove(&id);
+            }
+        }
+        while let Some(ev) = self.edge.poll_event() {
+            if let Event::Reset {
+                id,
+                code,
+                retryable,
+            } = ev
+            {
+                if let Some(s) = self.streams.get_mut(&id) {
+                    s.reset = Some((code, retryable));
+                    s.received = self.edge.bytes_received(id);
+                }
+            }
+            self.edge_events.push(ev);
+        }
+        let ids: Vec<u64> = self.streams.keys().copied().collect();
+        for id in ids {
+            let st = self.streams.get_mut(&id).unwrap();
+            if st.done_at.is_some() || st.reset.is_some() || self.stalled.contains(&id) {
+                continue;
+            }
+            loop {
+                match self.edge.read(id, &mut buf) {
+                    Ok(Read::Data(n)) => st.received += n as u64,
+                    Ok(Read::Fin) => {
+                        st.done_at = Some(self.tick);
+                        self.edge.release(id);
+                        break;
+                    }
+                    Ok(Read::Blocked) => break,
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
+    fn run_until(&mut self, mut cond: impl FnMut(&World) -> bool, max_ticks: u64) {
+        let end = self.tick + max_ticks;
+        while !cond(self) {
+            assert!(self.tick < end, "condition not reached by tick {end}");
+            self.step();
+        }
+    }
+
+    fn run_for(&mut self, ticks: u64) {
+        for _ in 0..ticks {
+            self.step();
+        }
+    }
+
+    fn done(&self, id: u64) -> bool {
+        let s = &self.streams[&id];
+        s.done_at.is_some() || s.reset.is_some()
+    }
+
+    /// Lane the edge receives stream `id`'s reply on.
+    fn reply_lane(&self, id: u64) -> Option<usize> {
+        self.edge
+            .stream(id)?
+            .recv_conn
+            .and_then(|c| self.lane_of_edge(c))
+    }
+}
+
+/// (a) two concurrent large replies land on different lanes; a small reply
+/// issued behind them goes to the least-loaded lane and finishes sooner than
+/// the round-robin baseline would let it.
+#[test]
+fn large_replies_spread_and_small_reply_takes_least_loaded_lane() {
+    let run = |policy: Policy| {
+        let mut w = World::new(2, policy, policy);
+        let big = w.open(6_000_000, 0);
+        let medium = w.open(1_000_000, 0);
+        w.run_for(100);
+        let small = w.open(20_000, 0);
+        let t0 = w.tick;
+        w.run_until(|w| w.reply_lane(small).is_some(), 500);
+        let lanes = (w.reply_lane(big), w.reply_lane(medium), w.reply_lane(small));
+        w.run_until(|w| w.done(small), 5000);
+        let small_time = w.streams[&small].done_at.unwrap() - t0;
+        w.run_until(|w| w.done(big) && w.done(medium), 20_000);
+        assert_eq!(w.streams[&big].received, 6_000_000);
+        assert_eq!(w.streams[&medium].received, 1_000_000);
+        assert_eq!(w.streams[&small].received, 20_000);
+        (lanes, small_time)
+    };
+    let ((big, medium, small), lo_time) = run(Policy::LeastOutstanding);
+    assert_ne!(big, medium, "the two large replies share a lane");
+    assert_eq!(small, medium, "small reply not on the least-loaded lane");
+    let ((rr_big, _, rr_small), rr_time) = run(Policy::RoundRobin);
+    assert_eq!(
+        rr_small, rr_big,
+        "round robin puts the small reply behind the big one"
+    );
+    assert!(
+        lo_time < rr_time,
+        "least-outstanding {lo_time} ms vs round-robin {rr_time} ms"
+    );
+}
+
+/// (b) a stream whose reader stops does not slow the other stream on its
+/// connection, and its buffered bytes stay within its window.
+#[test]
+fn stalled_reader_does_not_slow_its_connection() {
+    let window = Config::for_link(Duration::from_millis(130), 100_000_000).stream_window as u64;
+    let mut w = World::new(1, Policy::LeastOutstanding, Policy::LeastOutstanding);
+    let stalled = w.open(20_000_000, 0);
+    w.stalled.push(stalled);
+    let other = w.open(12_000_000, 0);
+    let mut got_at = Vec::new();
+    while !w.done(other) {
+        w.step();
+        let e = w.edge.stream(stalled).unwrap();
+        assert!(
+            e.recv_buffered <= window,
+            "edge buffers {} > window",
+            e.recv_buffered
+        );
+        if let Some(r) = w.remote.stream(stalled) {
+            assert!(
+                r.send_buffered <= window,
+                "remote buffers {}",
+                r.send_buffered
+            );
+        }
+        got_at.push(w.streams[&other].received);
+        assert!(w.tick < 10_000);
+    }
+    // The stalled stream got exactly one window and no more.
+    assert_eq!(w.edge.stream(stalled).unwrap().bytes_received, window);
+    // Once the stalled stream's window is used up, the other stream gets the
+    // whole link: over any 100 ms window in the middle of its transfer it
+    // receives at least 95% of rate x 100 ms.
+    let per_100ms = (w.rate * 100) as u64;
+    let n = got_at.len();
+    let (a, b) = (n / 2, n / 2 + 100);
+    let delta = got_at[b] - got_at[a];
+    assert!(
+        delta * 100 >= per_100ms * 95,
+        "other stream got {delta} bytes in 100 ms, link carries {per_100ms}"
+    );
+    assert_eq!(w.streams[&other].received, 12_000_000);
+}
+
+/// (c) losing one lane resets exactly the streams bound to it, retryable when
+/// no reply byte arrived; the others complete.
+#[test]
+fn losing_a_lane_resets_exactly_its_streams() {
+    let mut w = World::new(3, Policy::RoundRobin, Policy::RoundRobin);
+    let mut ids = Vec::new();
+    for k in 0..6u64 {
+        // Stream 5 replies late: nothing of it arrives before the loss.
+        let delay = if k == 4 { 2000 } else { 0 };
+        ids.push(w.open(3_000_000 + k * 1000, delay));
+    }
+    w.run_for(200);
+    let victim = 1;
+    let victim_edge = w.lanes[victim].edge;
+    let bound: HashMap<u64, bool> = ids
+        .iter()
+        .map(|id| {
+            let s = w.edge.stream(*id).unwrap();
+            (
+                *id,
+                s.send_conn == Some(victim_edge) || s.recv_conn == Some(victim_edge),
+            )
+        })
+        .collect();
+    let received_before: HashMap<u64, u64> = ids
+        .iter()
+        .map(|id| (*id, w.edge.bytes_received(*id)))
+        .collect();
+    assert!(bound.values().any(|b| *b) && bound.values().any(|b| !*b));
+    w.kill_lane(victim);
+    w.run_until(|w| ids.iter().all(|id| w.done(*id)), 20_000);
+    let mut retryable = 0;
+    let mut not_retryable = 0;
+    for id in &ids {
+        let s = &w.streams[id];
+        if bound[id] {
+            let (code, retry) = s.reset.expect("stream on the lost lane was not reset");
+            assert_eq!(code, ErrorCode::CONNECTION_LOST);
+            assert_eq!(retry, received_before[id] == 0, "stream {id}");
+            if retry {
+                retryable += 1;
+            } else {
+                not_retryable += 1;
+            }
+        } else {
+            assert!(
+                s.reset.is_none(),
+                "stream {id} not on the lost lane was reset"
+            );
+            assert_eq!(s.received, 3_000_000 + (id - 1) * 1000);
+        }
+    }
+    assert!(
+        retryable >= 1 && not_retryable >= 1,
+        "{retryable} / {not_retryable}"
+    );
+    // The remote forgot them too, and the session carries on with new streams.
+    w.run_for(300);
+    assert_eq!(w.remote.stream_count(), 0);
+    let late = w.open(50_000, 0);
+    w.run_until(|w| w.done(late), 2000);
+    assert_eq!(w.streams[&late].received, 50_000);
+}
+
+fn bad_frame_closes_only_its_lane(bytes: &[u8], code: ErrorCode) {
+    let mut w = World::new(2, Policy::RoundRobin, Policy::RoundRobin);
+    let a = w.open(2_000_000, 0); // lane 0
+    let b = w.open(2_000_000, 0); // lane 1
+    w.run_for(150);
+    w.inject_from_edge(0, bytes);
+    w.run_until(|w| w.done(a) && w.done(b), 10_000);
+    // The remote closed lane 0 with the code, and told the edge in its GOAWAY.
+    assert!(w.remote_events.iter().any(|e| matches!(e,
+        Event::ConnectionClosing { code: c, .. } if *c == code)));
+    assert!(w.edge_events.iter().any(|e| matches!(e,
+        Event::ConnectionClosing { code: c, reason, .. } if *c == code && reason.starts_with("peer closed"))));
+    assert!(!w.lanes[0].alive);
+    assert!(w.lanes[1].alive);
+    assert_eq!(
+        w.streams[&a].reset.map(|r| r.0),
+        Some(ErrorCode::CONNECTION_LOST)
+    );
+    assert!(w.streams[&b].reset.is_none());
+    assert_eq!(w.streams[&b].received, 2_000_000);
+    assert_eq!(w.edge.up_connections(), 1);
+}
+
+/// (d) a malformed frame closes only its connection, with PROTOCOL_ERROR.
+#[test]
+fn malformed_frame_closes_only_its_connection() {
+    // A DATA frame on stream 0.
+    bad_frame_closes_only_its_lane(&[0x3, 0, 0, 1, 0, 0xff], ErrorCode::PROTOCOL_ERROR);
+}
+
+/// (d) an oversized frame closes only its connection, with FRAME_SIZE_ERROR.
+#[test]
+fn oversized_frame_closes_only_its_connection() {
+    // DATA of 60 000 bytes announced on stream 1 (max is 16 384).
+    bad_frame_closes_only_its_lane(&[0x3, 0, 0xea, 0x60, 1], ErrorCode::FRAME_SIZE_ERROR);
+}
+
+/// PINGs measure the round trip of each lane.
+#[test]
+fn pings_measure_rtt() {
+    let mut w = World::new(2, Policy::LeastOutstanding, Policy::LeastOutstanding);
+    w.run_for(300);
+    for c in w.edge.connections() {
+        let rtt = c.rtt.expect("rtt measured");
+        assert!(
+            rtt >= Duration::from_millis(130) && rtt <= Duration::from_millis(133),
+            "{rtt:?}"
+        );
+    }
+}

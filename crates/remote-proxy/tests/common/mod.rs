@@ -1,0 +1,431 @@
+//! Real-process test fixtures: the two binaries, an nginx origin (HTTP and HTTPS) serving
+//! generated files from a temporary directory, curl, and small scripted origins.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// A child process killed (SIGKILL) when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+    pub log: PathBuf,
+    /// Stop with SIGTERM first (for process trees such as nginx, whose master stops its
+    /// workers on SIGTERM but would orphan them on SIGKILL).
+    pub term_first: bool,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal with kill(1).
+    pub fn signal(&self, sig: &str) {
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill");
+        assert!(st.success(), "kill -{sig} {}", self.name);
+    }
+
+    /// Waits for the process to exit, at most `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.term_first && matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill").arg(self.pid().to_string()).status();
+            if self.wait_exit(Duration::from_secs(5)).is_some() {
+                return;
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until `addr` accepts connections.
+pub fn wait_port(addr: SocketAddr, limit: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{addr} did not come up within {limit:?}");
+}
+
+fn bin_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_remote-proxy"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Path of the `remote-proxy` binary.
+pub fn remote_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_remote-proxy"))
+}
+
+fn newest_source(dir: &Path) -> std::time::SystemTime {
+    let mut newest = std::time::SystemTime::UNIX_EPOCH;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            let t = if p.is_dir() {
+                newest_source(&p)
+            } else {
+                e.metadata()
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
+            };
+            newest = newest.max(t);
+        }
+    }
+    newest
+}
+
+/// Path of the `edge-proxy` binary. `cargo test --workspace` builds it; when it is missing or
+/// older than the sources it is built from (e.g. under `cargo test -p remote-proxy`), it is
+/// built here.
+pub fn edge_bin() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let bin = bin_dir().join("edge-proxy");
+            let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let sources = ["edge-proxy", "pool", "mux", "netsys"]
+                .iter()
+                .map(|c| newest_source(&crates.join(c)))
+                .max()
+                .unwrap();
+            let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+            if built.is_some_and(|t| t >= sources) {
+                return bin;
+            }
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "-p", "edge-proxy", "--bin", "edge-proxy"]);
+            if !cfg!(debug_assertions) {
+                cmd.arg("--release");
+            }
+            let st = cmd.status().expect("cargo build edge-proxy");
+            assert!(st.success(), "building edge-proxy failed");
+            bin
+        })
+        .clone()
+}
+
+/// Starts `bin` with `args`, stderr and stdout to `log`.
+pub fn spawn(bin: &Path, args: &[String], log: PathBuf) -> Proc {
+    let f = std::fs::File::create(&log).unwrap();
+    let child = Command::new(bin)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+    Proc {
+        child,
+        name: bin.file_name().unwrap().to_string_lossy().into(),
+        log,
+        term_first: false,
+    }
+}
+
+/// Edge and remote on loopback.
+pub struct Pair {
+    pub edge: Proc,
+    pub remote: Proc,
+    pub edge_addr: SocketAddr,
+    pub remote_addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+}
+
+/// Starts a remote (with `remote_toml` as its config file when not empty) and an edge (with
+/// `edge_args` added).
+pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let rport = free_port();
+    let eport = free_port();
+    let remote_addr: SocketAddr = format!("127.0.0.1:{rport}").parse().unwrap();
+    let edge_addr: SocketAddr = format!("127.0.0.1:{eport}").parse().unwrap();
+    let mut rargs = vec!["--listen".to_string(), remote_addr.to_string()];
+    if !remote_toml.is_empty() {
+        let p = dir.path().join("remote.toml");
+        std::fs::write(&p, remote_toml).unwrap();
+        rargs.push("--config".into());
+        rargs.push(p.to_string_lossy().into());
+    }
+    let remote = spawn(&remote_bin(), &rargs, dir.path().join("remote.log"));
+    wait_port(remote_addr, Duration::from_secs(10));
+    let mut eargs = vec![
+        "--listen".to_string(),
+        edge_addr.to_string(),
+        "--remote".into(),
+        remote_addr.to_string(),
+        "--connections".into(),
+        "2".into(),
+    ];
+    eargs.extend(edge_args.iter().map(|s| s.to_string()));
+    let edge = spawn(&edge_bin(), &eargs, dir.path().join("edge.log"));
+    wait_port(edge_addr, Duration::from_secs(10));
+    // The edge serves once the pool is up: one request proves it.
+    let start = Instant::now();
+    loop {
+        let (status, head, _) = raw_request(edge_addr, b"GET http://127.0.0.1:1/ HTTP/1.1\r\n\r\n");
+        if status != 0 && !head.contains("remote-unavailable") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "pool did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Pair {
+        edge,
+        remote,
+        edge_addr,
+        remote_addr,
+        dir,
+    }
+}
+
+/// Sends raw bytes, reads until the server closes; returns status, head and body.
+pub fn raw_request(addr: SocketAddr, req: &[u8]) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(req).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let split = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|p| p + 4)
+        .unwrap_or(out.len());
+    let head = String::from_utf8_lossy(&out[..split]).to_string();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head, out[split..].to_vec())
+}
+
+/// Deterministic pseudo-random bytes (incompressible, position-dependent).
+pub fn pattern(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(n);
+    while v.len() < n {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+/// An nginx origin on loopback: HTTP on `http`, HTTPS on `https` (certificate for
+/// `localhost` and 127.0.0.1 in `cert`), serving `dir/www`, PUT allowed under /up/.
+pub struct Nginx {
+    pub proc: Proc,
+    pub http: u16,
+    pub https: u16,
+    pub www: PathBuf,
+    pub cert: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    /// nginx's connection serial numbers of the requests for `uri`, in order.
+    pub fn connections_for(&self, uri: &str) -> Vec<u64> {
+        std::fs::read_to_string(self.dir.path().join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .filter(|(_, u)| *u == uri)
+            .filter_map(|(c, _)| c.parse().ok())
+            .collect()
+    }
+}
+
+pub fn start_nginx(files: &[(&str, usize)]) -> Nginx {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let www = d.join("www");
+    std::fs::create_dir_all(www.join("up")).unwrap();
+    std::fs::create_dir_all(d.join("tmp")).unwrap();
+    for (i, (name, size)) in files.iter().enumerate() {
+        std::fs::write(www.join(name), pattern(*size, i as u64 + 7)).unwrap();
+    }
+    let cert = d.join("cert.pem");
+    let key = d.join("key.pem");
+    let st = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(st.success(), "openssl req failed");
+    let http = free_port();
+    let https = free_port();
+    let user = if std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false)
+    {
+        "user root root;"
+    } else {
+        ""
+    };
+    let conf = format!(
+        r#"{user}
+worker_processes 1;
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    log_format conn '$connection $request_uri';
+    access_log {d}/access.log conn;
+    client_body_temp_path {d}/tmp;
+    proxy_temp_path {d}/tmp;
+    fastcgi_temp_path {d}/tmp;
+    uwsgi_temp_path {d}/tmp;
+    scgi_temp_path {d}/tmp;
+    client_max_body_size 200m;
+    keepalive_requests 100000;
+    default_type application/octet-stream;
+    server {{
+        listen 127.0.0.1:{http};
+        root {www};
+        location /up/ {{ dav_methods PUT; create_full_put_path on; }}
+    }}
+    server {{
+        listen 127.0.0.1:{https} ssl;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        root {www};
+    }}
+}}
+"#,
+        d = d.display(),
+        www = www.display(),
+        cert = cert.display(),
+        key = key.display(),
+    );
+    let conf_path = d.join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let args = vec![
+        "-e".to_string(),
+        d.join("error.log").to_string_lossy().into(),
+        "-p".to_string(),
+        d.to_string_lossy().into(),
+        "-c".into(),
+        conf_path.to_string_lossy().into(),
+    ];
+    let mut proc = spawn(Path::new("/usr/sbin/nginx"), &args, d.join("nginx.out"));
+    proc.term_first = true;
+    wait_port(
+        format!("127.0.0.1:{http}").parse().unwrap(),
+        Duration::from_secs(10),
+    );
+    wait_port(
+        format!("127.0.0.1:{https}").parse().unwrap(),
+        Duration::from_secs(10),
+    );
+    Nginx {
+        proc,
+        http,
+        https,
+        www,
+        cert,
+        dir,
+    }
+}
+
+/// Runs curl with `args`.
+pub fn curl(args: &[&str]) -> Output {
+    Command::new("curl")
+        .args(["-sS", "--max-time", "120"])
+        .args(args)
+        .output()
+        .expect("curl")
+}
+
+/// A scripted origin on loopback: each accepted connection is handed to `f` on its own thread.
+pub fn scripted_origin<F>(f: F) -> SocketAddr
+where
+    F: Fn(TcpStream) + Send + Sync + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let f = std::sync::Arc::new(f);
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let f = f.clone();
+            std::thread::spawn(move || f(s));
+        }
+    });
+    addr
+}
+
+/// Reads a request head from `s` (up to the blank line).
+pub fn read_head(s: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).unwrap_or(0) == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    String::from_utf8_lossy(&head).into()
+}

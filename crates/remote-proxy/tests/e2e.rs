@@ -1,0 +1,515 @@
+//! End to end with real processes on loopback: curl → edge-proxy → pool → remote-proxy →
+//! nginx (HTTP, and HTTPS through CONNECT), error statuses, a pool connection dying mid-reply,
+//! 200 concurrent clients, and SIGTERM drain.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const MB: usize = 1024 * 1024;
+
+fn proxy_url(p: &Pair) -> String {
+    format!("http://{}", p.edge_addr)
+}
+
+#[test]
+fn curl_http_and_https_bodies_are_byte_exact() {
+    let files = [
+        ("zero", 0),
+        ("one", 1),
+        ("odd", 65_537),
+        ("mb", MB),
+        ("hundred", 100 * MB),
+    ];
+    let origin = start_nginx(&files);
+    let pair = start_pair("", &[]);
+    let proxy = proxy_url(&pair);
+    let out = origin.dir.path().join("out");
+    for (name, size) in files {
+        let url = format!("http://127.0.0.1:{}/{name}", origin.http);
+        let o = curl(&[
+            "-x",
+            &proxy,
+            "-o",
+            out.to_str().unwrap(),
+            "-w",
+            "%{http_code}",
+            &url,
+        ]);
+        assert!(
+            o.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "200");
+        let got = std::fs::read(&out).unwrap();
+        assert_eq!(got.len(), size, "{url}");
+        assert!(
+            got == std::fs::read(origin.www.join(name)).unwrap(),
+            "{url}: bytes differ"
+        );
+    }
+    // HTTPS through CONNECT (optimistic by default), the name resolved on the far side.
+    for (name, size) in [("zero", 0), ("odd", 65_537), ("hundred", 100 * MB)] {
+        let url = format!("https://localhost:{}/{name}", origin.https);
+        let o = curl(&[
+            "-x",
+            &proxy,
+            "--cacert",
+            origin.cert.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "-w",
+            "%{http_code}",
+            &url,
+        ]);
+        assert!(
+            o.status.success(),
+            "{url}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let got = std::fs::read(&out).unwrap();
+        assert_eq!(got.len(), size, "{url}");
+        assert!(
+            got == std::fs::read(origin.www.join(name)).unwrap(),
+            "{url}: bytes differ"
+        );
+    }
+    // Uploads: fixed length and chunked (from stdin), then read back.
+    let up = pair.dir.path().join("up.bin");
+    std::fs::write(&up, pattern(3 * MB + 11, 99)).unwrap();
+    let url = format!("http://127.0.0.1:{}/up/fixed", origin.http);
+    let o = curl(&[
+        "-x",
+        &proxy,
+        "-T",
+        up.to_str().unwrap(),
+        "-w",
+        "%{http_code}",
+        &url,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read(origin.www.join("up/fixed")).unwrap(),
+        pattern(3 * MB + 11, 99)
+    );
+    let url = format!("http://127.0.0.1:{}/up/chunked", origin.http);
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "curl -sS -x {proxy} -T - -H 'Expect: 100-continue' {url} < {}",
+            up.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read(origin.www.join("up/chunked")).unwrap(),
+        pattern(3 * MB + 11, 99)
+    );
+    // HEAD and keep-alive: two URLs on one curl connection.
+    let a = format!("http://127.0.0.1:{}/odd", origin.http);
+    let o = curl(&["-x", &proxy, "-I", &a]);
+    let head = String::from_utf8_lossy(&o.stdout);
+    let lower = head.to_ascii_lowercase();
+    assert!(
+        lower.contains("200 ok") && lower.contains("content-length: 65537"),
+        "{head}"
+    );
+    let o = curl(&[
+        "-x",
+        &proxy,
+        "-v",
+        "-o",
+        "/dev/null",
+        "-o",
+        "/dev/null",
+        &a,
+        &a,
+    ]);
+    let verbose = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        verbose.contains("Re-using existing connection"),
+        "{verbose}"
+    );
+    // Separate client connections reuse the remote's pooled keep-alive origin connection.
+    let one = format!("http://127.0.0.1:{}/one", origin.http);
+    for _ in 0..3 {
+        let o = curl(&["-x", &proxy, "-o", "/dev/null", &one]);
+        assert!(o.status.success());
+    }
+    let conns = origin.connections_for("/one");
+    assert!(conns.len() >= 4, "{conns:?}");
+    assert!(
+        conns[conns.len() - 3..].windows(2).all(|w| w[0] == w[1]),
+        "origin connections not reused: {conns:?}"
+    );
+    // After-connect CONNECT mode.
+    drop(pair);
+    let pair = start_pair("", &["--connect-reply", "after-connect"]);
+    let url = format!("https://localhost:{}/odd", origin.https);
+    let o = curl(&[
+        "-x",
+        &proxy_url(&pair),
+        "--cacert",
+        origin.cert.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        &url,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(origin.www.join("odd")).unwrap()
+    );
+    let closed = free_port();
+    let o = curl(&[
+        "-x",
+        &proxy_url(&pair),
+        &format!("https://127.0.0.1:{closed}/"),
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("502"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn two_hundred_concurrent_clients() {
+    let origin = start_nginx(&[("obj", 50_000)]);
+    let pair = start_pair("", &[]);
+    let want = std::fs::read(origin.www.join("obj")).unwrap();
+    let req = format!(
+        "GET http://127.0.0.1:{}/obj HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        origin.http
+    );
+    let start = Instant::now();
+    let handles: Vec<_> = (0..200)
+        .map(|_| {
+            let req = req.clone();
+            let addr = pair.edge_addr;
+            std::thread::spawn(move || raw_request(addr, req.as_bytes()))
+        })
+        .collect();
+    for h in handles {
+        let (status, _, body) = h.join().unwrap();
+        assert_eq!(status, 200);
+        assert!(body == want, "body differs");
+    }
+    eprintln!("200 concurrent clients served in {:?}", start.elapsed());
+}
+
+fn tag(head: &str) -> &str {
+    head.lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("x-longhaul-error"))
+                .map(|(_, v)| v.trim())
+        })
+        .unwrap_or("")
+}
+
+#[test]
+fn errors_map_to_statuses_with_reasons() {
+    let silent = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        std::thread::sleep(Duration::from_secs(10));
+    });
+    let pair = start_pair("origin_timeout_ms = 1000\n", &[]);
+    let e = pair.edge_addr;
+    let (st, head, body) = raw_request(e, b"GET /path HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!((st, tag(&head)), (400, "bad-request"));
+    assert!(String::from_utf8_lossy(&body).contains("absolute"));
+    let big = format!(
+        "GET http://{silent}/ HTTP/1.1\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(70_000)
+    );
+    let (st, head, _) = raw_request(e, big.as_bytes());
+    assert_eq!((st, tag(&head)), (431, "header-too-large"));
+    let dns = format!("GET http://{}.example/ HTTP/1.1\r\n\r\n", "a".repeat(64));
+    let (st, head, body) = raw_request(e, dns.as_bytes());
+    assert_eq!(
+        (st, tag(&head)),
+        (502, "dns-failed"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let closed = free_port();
+    let (st, head, body) = raw_request(
+        e,
+        format!("GET http://127.0.0.1:{closed}/ HTTP/1.1\r\n\r\n").as_bytes(),
+    );
+    assert_eq!((st, tag(&head)), (502, "connect-failed"));
+    assert!(String::from_utf8_lossy(&body).contains("refused"));
+    let t0 = Instant::now();
+    let (st, head, _) = raw_request(
+        e,
+        format!("GET http://{silent}/ HTTP/1.1\r\n\r\n").as_bytes(),
+    );
+    assert_eq!((st, tag(&head)), (504, "origin-timeout"));
+    assert!(t0.elapsed() < Duration::from_secs(8));
+    // Every request got an access-log line on the edge.
+    let log = pair.edge.log_text();
+    for t in [
+        "bad-request",
+        "header-too-large",
+        "dns-failed",
+        "connect-failed",
+        "origin-timeout",
+    ] {
+        assert!(
+            log.contains(&format!("outcome=\"{t}\"")),
+            "no access line for {t}:\n{log}"
+        );
+    }
+
+    // Production remote: loopback origins are refused (403), and so is a name resolving there.
+    let prod = start_pair("mode = \"production\"\n", &[]);
+    let (st, head, body) = raw_request(
+        prod.edge_addr,
+        format!("GET http://{silent}/ HTTP/1.1\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(
+        (st, tag(&head)),
+        (403, "forbidden-target"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let (st, _, _) = raw_request(prod.edge_addr, b"GET http://localhost:9/ HTTP/1.1\r\n\r\n");
+    assert_eq!(st, 403);
+    let (st, _, _) = raw_request(prod.edge_addr, b"CONNECT localhost:9 HTTP/1.1\r\n\r\n");
+    assert_eq!(st, 200, "optimistic CONNECT answers at once");
+
+    // A client outside the allowed networks.
+    let closed_edge = start_pair("", &["--allow-client", "10.0.0.0/8"]);
+    let (st, head, _) = raw_request(
+        closed_edge.edge_addr,
+        b"GET http://example.com/ HTTP/1.1\r\n\r\n",
+    );
+    assert_eq!((st, tag(&head)), (403, "forbidden-client"));
+}
+
+#[test]
+fn pool_connection_lost_mid_reply_ends_the_client_connection() {
+    // The origin promises 10 MB, sends 100 KB, then stalls.
+    let origin = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10485760\r\n\r\n");
+        let _ = s.write_all(&pattern(100_000, 1));
+        std::thread::sleep(Duration::from_secs(20));
+    });
+    let mut pair = start_pair("", &[]);
+    let mut c = TcpStream::connect(pair.edge_addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    c.write_all(format!("GET http://{origin}/ HTTP/1.1\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while got.len() < 50_000 {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    pair.remote.signal("KILL");
+    pair.remote.wait_exit(Duration::from_secs(5));
+    let t0 = Instant::now();
+    let end = loop {
+        match c.read(&mut buf) {
+            Ok(0) => break "eof",
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => panic!("client left hanging"),
+            Err(_) => break "reset",
+        }
+    };
+    assert!(t0.elapsed() < Duration::from_secs(14));
+    assert!(got.len() < 10 * MB, "reply looked complete");
+    assert_eq!(
+        end, "reset",
+        "the cut reply must end with a reset, not a clean close"
+    );
+}
+
+#[test]
+fn sigterm_drains_in_flight_replies_and_refuses_new_connections() {
+    // The origin sends 20 pieces over ~1.5 s.
+    let origin = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 20000\r\n\r\n");
+        for i in 0..20 {
+            let _ = s.write_all(&pattern(1000, i));
+            std::thread::sleep(Duration::from_millis(75));
+        }
+    });
+    let mut pair = start_pair("", &[]);
+    let mut c = TcpStream::connect(pair.edge_addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(format!("GET http://{origin}/ HTTP/1.1\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut first = [0u8; 64];
+    let n = c.read(&mut first).unwrap();
+    assert!(n > 0);
+    pair.edge.signal("TERM");
+    std::thread::sleep(Duration::from_millis(200));
+    let refused = TcpStream::connect_timeout(&pair.edge_addr, Duration::from_secs(1));
+    assert!(
+        refused.is_err(),
+        "new connections must be refused while draining"
+    );
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).unwrap();
+    let mut all = first[..n].to_vec();
+    all.extend_from_slice(&rest);
+    // read_to_end returned: the edge closed the connection after the reply.
+    let body_start = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(all.len() - body_start, 20_000, "in-flight reply finished");
+    let st = pair
+        .edge
+        .wait_exit(Duration::from_secs(10))
+        .expect("edge exits after draining");
+    assert!(st.success());
+    // The remote drains on SIGTERM as well.
+    pair.remote.signal("TERM");
+    let st = pair
+        .remote
+        .wait_exit(Duration::from_secs(15))
+        .expect("remote exits");
+    assert!(st.success());
+}
+
+#[test]
+fn check_config_accepts_examples_and_rejects_mistakes() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (bin, file) in [
+        (edge_bin(), "deploy/config/edge.toml"),
+        (remote_bin(), "deploy/config/remote.toml"),
+    ] {
+        let o = std::process::Command::new(&bin)
+            .arg("--config")
+            .arg(root.join(file))
+            .arg("--check-config")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "listen = \"127.0.0.1:3128\"\nconections = 3\n").unwrap();
+    let o = std::process::Command::new(edge_bin())
+        .arg("--config")
+        .arg(&bad)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown field `conections`"));
+    std::fs::write(&bad, "origin_timeout_ms = 0\n").unwrap();
+    let o = std::process::Command::new(remote_bin())
+        .arg("--config")
+        .arg(&bad)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("origin_timeout_ms"));
+}
+
+/// Local ports of the edge's pool connections to `remote`.
+fn pool_ports(remote: std::net::SocketAddr) -> Vec<u16> {
+    let o = std::process::Command::new("ss")
+        .args(["-Htn", "state", "established"])
+        .arg(format!("( dport = :{} )", remote.port()))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+        .collect()
+}
+
+/// Destroys the edge-side socket of one pool connection (`ss -K`, needs CAP_NET_ADMIN).
+fn kill_pool_connection(remote: std::net::SocketAddr, port: u16) -> bool {
+    std::process::Command::new("ss")
+        .args(["-K", "-tn", "state", "established"])
+        .arg(format!(
+            "( dport = :{} and sport = :{port} )",
+            remote.port()
+        ))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+#[test]
+fn idempotent_request_is_retried_when_its_pool_connection_dies() {
+    let is_root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false);
+    if !is_root {
+        if std::env::var("LONGHAUL_REQUIRE_NETNS").as_deref() == Ok("1") {
+            panic!("root is required to destroy a pool connection with ss -K");
+        }
+        eprintln!(
+            "SKIP idempotent_request_is_retried_when_its_pool_connection_dies: needs root (ss -K)"
+        );
+        return;
+    }
+    // The first request stalls (no reply byte); later ones are answered.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen2 = seen.clone();
+    let origin = scripted_origin(move |mut s| {
+        let _ = read_head(&mut s);
+        if seen2.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            std::thread::sleep(Duration::from_secs(20));
+            return;
+        }
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nretried");
+    });
+    let pair = start_pair("", &[]);
+    let client = {
+        let addr = pair.edge_addr;
+        std::thread::spawn(move || {
+            raw_request(
+                addr,
+                format!("GET http://{origin}/ HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+        })
+    };
+    let t0 = Instant::now();
+    while seen.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "request never reached the origin"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Kill the pool connections one at a time, letting the pool re-dial in between, until the
+    // one carrying the request is gone and the request was retried on another.
+    let t0 = Instant::now();
+    while !client.is_finished() {
+        assert!(t0.elapsed() < Duration::from_secs(15), "no retry happened");
+        let ports = pool_ports(pair.remote_addr);
+        if ports.len() >= 2 {
+            assert!(
+                kill_pool_connection(pair.remote_addr, ports[0]),
+                "ss -K failed"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (status, _, body) = client.join().unwrap();
+    assert_eq!((status, body.as_slice()), (200, &b"retried"[..]));
+    assert!(pair.edge.log_text().contains("retrying idempotent request"));
+}
