@@ -1,2 +1,22 @@
-//! Shared helpers for longhaul benchmarks.
+//! longhaul's benchmarks: criterion micro-benchmarks (in `benches/benches/`) and the `pageload`
+//! runner, which loads the seeds' page models through longhaul and its peers over emulated long
+//! links and reports medians, p95 and ratios measured side by side in one run.
+//!
+//! The pure parts (workload generation, statistics, the analytic floor, the results schema, the
+//! shuffled schedule) are unit-tested here. The runner itself needs root and the test bed; it is
+//! never run from `cargo test`.
 #![forbid(unsafe_code)]
+
+pub mod bed;
+pub mod chromium;
+pub mod floor;
+pub mod load;
+pub mod origin;
+pub mod plots;
+pub mod replay;
+pub mod results;
+pub mod runner;
+pub mod schedule;
+pub mod stats;
+pub mod systems;
+pub mod workload;

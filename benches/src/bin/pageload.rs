@@ -1,0 +1,582 @@
+//! `pageload`: loads the seeds' page models through longhaul and its peers over emulated long
+//! links and reports medians, p95 and ratios measured side by side in one run.
+#![forbid(unsafe_code)]
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use longhaul_benches::bed::{Bed, EmulatedBed, VethBed};
+use longhaul_benches::load;
+use longhaul_benches::plots;
+use longhaul_benches::replay::{self, ReplayConfig};
+use longhaul_benches::results::{self, Row};
+use longhaul_benches::runner::{self, RunContext, Suite};
+use longhaul_benches::systems::SystemSpec;
+use longhaul_benches::workload::{self, Workload};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Page-load benchmark of longhaul and its peers over emulated long links"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print the workloads, or regenerate the data files from the seeds' numbers.
+    Workloads {
+        /// Write every workload as DIR/ID.toml (deterministic).
+        #[arg(long)]
+        write: Option<PathBuf>,
+    },
+    /// Quick suite: pacific; yahoo, google, amazon; direct, single-proxy, squid-chain,
+    /// haproxy-h2, longhaul-tcp; replay over http and https, Chromium on yahoo over http; 5
+    /// repetitions.
+    Quick(SuiteArgs),
+    /// Full suite: every profile, page and system, longhaul's pool sizes, 10 repetitions.
+    Full(SuiteArgs),
+    /// Tiny demo: pacific, yahoo, direct vs longhaul-tcp, replay over http; prints the table.
+    Demo(SuiteArgs),
+    /// One page load with the replay client, as JSON on stdout (run by the suites in the client
+    /// namespace).
+    ReplayOnce(ReplayOnce),
+    /// Page loads arriving at a Poisson rate, as JSON on stdout (offered-load points).
+    LoadOnce(LoadOnce),
+    /// Redraw the plots of a run directory from its results.json (and load.json).
+    Plot {
+        /// Run directory.
+        dir: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct LoadOnce {
+    #[arg(long)]
+    workloads_dir: PathBuf,
+    #[arg(long)]
+    workload: String,
+    /// Page loads per second.
+    #[arg(long)]
+    rate: f64,
+    /// Arrival window in ms.
+    #[arg(long)]
+    window_ms: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long)]
+    proxy: Option<SocketAddr>,
+    /// host=ip, repeated.
+    #[arg(long)]
+    resolve: Vec<String>,
+}
+
+#[derive(Args, Clone)]
+struct SuiteArgs {
+    /// Run directory (results.json, summary.md, plots).
+    #[arg(long, default_value = "pageload-out")]
+    out: PathBuf,
+    /// Link profiles (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    profiles: Option<Vec<String>>,
+    /// Workload ids (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    workloads: Option<Vec<String>>,
+    /// System ids (comma-separated): direct, single-proxy, squid-chain, haproxy-h2,
+    /// longhaul-tcp, longhaul-quic.
+    #[arg(long, value_delimiter = ',')]
+    systems: Option<Vec<String>>,
+    /// Repetitions per cell.
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Clients (replay, chromium).
+    #[arg(long, value_delimiter = ',')]
+    clients: Option<Vec<String>>,
+    /// Schemes (http, https).
+    #[arg(long, value_delimiter = ',')]
+    schemes: Option<Vec<String>>,
+    /// longhaul pool sizes.
+    #[arg(long, value_delimiter = ',')]
+    pool_sizes: Option<Vec<u32>>,
+    /// longhaul congestion controls.
+    #[arg(long, value_delimiter = ',')]
+    congestion: Option<Vec<String>>,
+    /// longhaul stream placement policies.
+    #[arg(long, value_delimiter = ',')]
+    policies: Option<Vec<String>>,
+    /// Initial windows to sweep (empty: none).
+    #[arg(long, value_delimiter = ',')]
+    initcwnds: Option<Vec<u32>>,
+    /// Offered loads as fractions of the link rate (empty: none).
+    #[arg(long, value_delimiter = ',')]
+    load_fractions: Option<Vec<f64>>,
+    /// Arrival window of each offered-load point, in seconds.
+    #[arg(long, default_value_t = 10)]
+    load_window_s: u64,
+    /// Seed of the shuffled order.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Pause between repetitions in ms.
+    #[arg(long, default_value_t = 1200)]
+    gap_ms: u64,
+    /// Directory of the workload files.
+    #[arg(long)]
+    workloads_dir: Option<PathBuf>,
+    /// Test bed: `testbed` (the emulated long link), or `veth`, which joins the namespaces
+    /// without any delay (plumbing check only).
+    #[arg(long, default_value = "testbed")]
+    bed: String,
+}
+
+#[derive(Args)]
+struct ReplayOnce {
+    #[arg(long)]
+    workloads_dir: PathBuf,
+    #[arg(long)]
+    workload: String,
+    #[arg(long, default_value = "http")]
+    scheme: String,
+    #[arg(long)]
+    proxy: Option<SocketAddr>,
+    /// host=ip, repeated.
+    #[arg(long)]
+    resolve: Vec<String>,
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Page deadline in seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout_s: u64,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Workloads { write } => workloads(write),
+        Cmd::Quick(a) => suite("quick", a),
+        Cmd::Full(a) => suite("full", a),
+        Cmd::Demo(a) => suite("demo", a),
+        Cmd::ReplayOnce(a) => replay_once(a),
+        Cmd::LoadOnce(a) => load_once(a),
+        Cmd::Plot { dir } => replot(&dir),
+    }
+}
+
+fn default_workloads_dir() -> PathBuf {
+    let compiled = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+    if compiled.is_dir() {
+        compiled
+    } else {
+        PathBuf::from("benches/workloads")
+    }
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// A suite's defaults before the command-line slice is applied.
+struct Defaults {
+    profiles: Vec<String>,
+    workloads: Vec<String>,
+    systems: Vec<String>,
+    runs: usize,
+    clients: Vec<String>,
+    chromium_workloads: Vec<String>,
+    pools: Vec<u32>,
+    initcwnds: Vec<u32>,
+}
+
+fn defaults(name: &str) -> Defaults {
+    let d = |profiles, workloads, systems, runs, clients, chromium_workloads, pools, initcwnds| {
+        Defaults {
+            profiles,
+            workloads,
+            systems,
+            runs,
+            clients,
+            chromium_workloads,
+            pools,
+            initcwnds,
+        }
+    };
+    match name {
+        "quick" => d(
+            strs(&["pacific"]),
+            strs(&["yahoo", "google", "amazon"]),
+            strs(&[
+                "direct",
+                "single-proxy",
+                "squid-chain",
+                "haproxy-h2",
+                "longhaul-tcp",
+            ]),
+            5,
+            strs(&["replay", "chromium"]),
+            strs(&["yahoo"]),
+            vec![10],
+            vec![],
+        ),
+        "demo" => d(
+            strs(&["pacific"]),
+            strs(&["yahoo"]),
+            strs(&["direct", "longhaul-tcp"]),
+            3,
+            strs(&["replay"]),
+            vec![],
+            vec![10],
+            vec![],
+        ),
+        _ => d(
+            strs(&["us-nz-1999", "pacific", "satellite", "lossy"]),
+            workload::all_ids(),
+            strs(&[
+                "direct",
+                "single-proxy",
+                "squid-chain",
+                "haproxy-h2",
+                "longhaul-tcp",
+                "longhaul-quic",
+            ]),
+            10,
+            strs(&["replay", "chromium"]),
+            workload::page_specs()
+                .iter()
+                .map(|s| s.id.to_string())
+                .collect(),
+            vec![1, 2, 5, 10, 20, 50],
+            runner::SEED_000_INITCWNDS.to_vec(),
+        ),
+    }
+}
+
+fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
+    let d = defaults(name);
+    let (profiles, workloads, systems, runs, clients, chromium_w, pools, initcwnds) = (
+        d.profiles,
+        d.workloads,
+        d.systems,
+        d.runs,
+        d.clients,
+        d.chromium_workloads,
+        d.pools,
+        d.initcwnds,
+    );
+    let systems = a.systems.clone().unwrap_or(systems);
+    let pools = a.pool_sizes.clone().unwrap_or(pools);
+    let full = name == "full";
+    let congestion = a.congestion.clone().unwrap_or_else(|| {
+        if full {
+            strs(&["bbr", "cubic"])
+        } else {
+            strs(&["bbr"])
+        }
+    });
+    let policies = a.policies.clone().unwrap_or_else(|| {
+        if full {
+            strs(&["least-outstanding", "round-robin"])
+        } else {
+            strs(&["least-outstanding"])
+        }
+    });
+    let mut specs = Vec::new();
+    for s in &systems {
+        if !results::SYSTEMS.contains(&s.as_str()) || s == "floor" {
+            bail!(
+                "unknown system {s:?} (one of {:?}; the floor is always computed)",
+                &results::SYSTEMS[..6]
+            );
+        }
+        if s == "longhaul-tcp" {
+            // The pool-size sweep with the first congestion control and policy; the other
+            // congestion controls and policies at the default pool size.
+            let (c0, p0) = (&congestion[0], &policies[0]);
+            for n in &pools {
+                specs.push(SystemSpec::longhaul(*n, c0, p0));
+            }
+            let n0 = if pools.contains(&10) { 10 } else { pools[0] };
+            for c in &congestion {
+                for p in &policies {
+                    let v = SystemSpec::longhaul(n0, c, p);
+                    if !specs.contains(&v) {
+                        specs.push(v);
+                    }
+                }
+            }
+        } else {
+            specs.push(SystemSpec::plain(s));
+        }
+    }
+    let workloads = a.workloads.clone().unwrap_or(workloads);
+    let known = workload::all_ids();
+    for w in &workloads {
+        if !known.contains(w) {
+            bail!("unknown workload {w:?} (one of {known:?})");
+        }
+    }
+    Ok(Suite {
+        name: name.into(),
+        profiles: a.profiles.clone().unwrap_or(profiles),
+        chromium_workloads: if a.workloads.is_some() {
+            workloads.clone()
+        } else {
+            chromium_w
+        },
+        workloads,
+        systems: specs,
+        clients: a.clients.clone().unwrap_or(clients),
+        schemes: a.schemes.clone().unwrap_or_else(|| {
+            if name == "demo" {
+                strs(&["http"])
+            } else {
+                strs(&["http", "https"])
+            }
+        }),
+        runs: a.runs.unwrap_or(runs).max(1),
+        seed: a.seed,
+        gap: Duration::from_millis(a.gap_ms),
+        initcwnds: a.initcwnds.clone().unwrap_or(initcwnds),
+        // The quick suite keeps to a few minutes: Chromium over plain HTTP only.
+        chromium_schemes: match (name, &a.schemes) {
+            (_, Some(s)) => s.clone(),
+            ("quick", None) => strs(&["http"]),
+            _ => strs(&["http", "https"]),
+        },
+        load_fractions: a.load_fractions.clone().unwrap_or_else(|| {
+            if full {
+                vec![0.1, 0.25, 0.5, 0.75, 0.9, 1.1]
+            } else {
+                vec![]
+            }
+        }),
+        load_window: Duration::from_secs(a.load_window_s),
+    })
+}
+
+fn open_bed(kind: &str, profile: &str) -> Result<Box<dyn Bed>> {
+    match kind {
+        "testbed" => Ok(Box::new(EmulatedBed::up(profile)?)),
+        "veth" => {
+            if profile != "veth-nodelay" {
+                bail!("the veth bed has no long link: use --profiles veth-nodelay with --bed veth");
+            }
+            Ok(Box::new(VethBed::up()?))
+        }
+        other => bail!("unknown bed {other:?}"),
+    }
+}
+
+/// Without root, re-runs this command as root of a new user namespace (the test bed works
+/// there unprivileged); returns the child's success, or `None` when no re-run is needed.
+fn reexec_unprivileged() -> Result<Option<bool>> {
+    use testbed::privileges::IN_USERNS_ENV;
+    match testbed::privileges() {
+        testbed::Privileges::Root => Ok(None),
+        testbed::Privileges::UserNamespace if std::env::var_os(IN_USERNS_ENV).is_none() => {
+            eprintln!("pageload: not root; running inside an unprivileged user namespace");
+            let st = std::process::Command::new("unshare")
+                .args(["--user", "--map-root-user", "--"])
+                .arg(std::env::current_exe()?)
+                .args(std::env::args_os().skip(1))
+                .env(IN_USERNS_ENV, "1")
+                .status()
+                .context("running unshare --user --map-root-user")?;
+            Ok(Some(st.success()))
+        }
+        testbed::Privileges::UserNamespace => Ok(None),
+        testbed::Privileges::None => {
+            bail!("pageload needs network namespaces: run as root, or enable unprivileged user namespaces")
+        }
+    }
+}
+
+fn suite(name: &str, a: SuiteArgs) -> Result<()> {
+    if let Some(ok) = reexec_unprivileged()? {
+        if !ok {
+            bail!("pageload {name} failed inside the user namespace");
+        }
+        return Ok(());
+    }
+    let mut s = build_suite(name, &a)?;
+    if a.bed == "veth" && a.profiles.is_none() {
+        s.profiles = vec!["veth-nodelay".into()];
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let out = std::fs::canonicalize(&a.out)?;
+    let workloads_dir = std::fs::canonicalize(
+        a.workloads_dir
+            .clone()
+            .unwrap_or_else(default_workloads_dir),
+    )?;
+    let bed_kind = a.bed.clone();
+    let opener = move |p: &str| open_bed(&bed_kind, p);
+    let log = |l: &str| eprintln!("{l}");
+    let cx = RunContext {
+        workloads_dir,
+        out: out.clone(),
+        open_bed: &opener,
+        log: &log,
+    };
+    eprintln!(
+        "pageload {name}: {} profiles x {} workloads x {} systems x {} clients x {} schemes x {} runs -> {}",
+        s.profiles.len(),
+        s.workloads.len(),
+        s.systems.len(),
+        s.clients.len(),
+        s.schemes.len(),
+        s.runs,
+        out.display()
+    );
+    let outcome = runner::run_suite(&s, &cx)?;
+    let rows = outcome.rows;
+    write_outputs(&s, &out, &rows)?;
+    if !outcome.load.is_empty() {
+        std::fs::write(
+            out.join("load.json"),
+            serde_json::to_string_pretty(&outcome.load)?,
+        )?;
+    }
+    for f in plots::draw_all(&out, &rows, &outcome.load)? {
+        eprintln!("plot {}", f.display());
+    }
+    if name == "demo" {
+        print!("{}", results::markdown_table(&rows));
+        print!("{}", results::targets_markdown(&rows));
+    } else {
+        println!("{}", out.join("summary.md").display());
+    }
+    Ok(())
+}
+
+fn write_outputs(s: &Suite, out: &Path, rows: &[Row]) -> Result<()> {
+    results::validate(rows)?;
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(rows)?,
+    )?;
+    let pre = format!(
+        "Suite `{}`: profiles {:?}, {} repetitions per cell, order shuffled per repetition (seed {}). \
+         PLT in ms (replay: first request to last byte; chromium: loadEventEnd - navigationStart). \
+         The floor is computed (levels x RTT + bytes / rate), not measured.",
+        s.name, s.profiles, s.runs, s.seed
+    );
+    std::fs::write(
+        out.join("summary.md"),
+        results::markdown_summary(&format!("pageload {}", s.name), &pre, rows),
+    )?;
+    Ok(())
+}
+
+fn replot(dir: &Path) -> Result<()> {
+    let path = dir.join("results.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let rows: Vec<Row> =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    results::validate(&rows)?;
+    let load: Vec<load::LoadPoint> = match std::fs::read_to_string(dir.join("load.json")) {
+        Ok(t) => serde_json::from_str(&t).context("parsing load.json")?,
+        Err(_) => Vec::new(),
+    };
+    for f in plots::draw_all(dir, &rows, &load)? {
+        println!("{}", f.display());
+    }
+    Ok(())
+}
+
+fn parse_resolve(cfg: &mut ReplayConfig, entries: &[String]) -> Result<()> {
+    for r in entries {
+        let (h, ip) = r
+            .split_once('=')
+            .with_context(|| format!("--resolve {r:?} is not host=ip"))?;
+        cfg.resolve.insert(
+            h.to_string(),
+            ip.parse::<IpAddr>()
+                .with_context(|| format!("bad address in {r:?}"))?,
+        );
+    }
+    Ok(())
+}
+
+fn load_once(a: LoadOnce) -> Result<()> {
+    let w = Workload::load(&a.workloads_dir, &a.workload)?;
+    let mut cfg = ReplayConfig::new("http");
+    cfg.proxy = a.proxy;
+    parse_resolve(&mut cfg, &a.resolve)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let r = rt.block_on(load::run(
+        &w,
+        &cfg,
+        a.rate,
+        Duration::from_millis(a.window_ms),
+        a.seed,
+    ))?;
+    println!("{}", serde_json::to_string(&r)?);
+    Ok(())
+}
+
+fn replay_once(a: ReplayOnce) -> Result<()> {
+    let w = Workload::load(&a.workloads_dir, &a.workload)?;
+    let mut cfg = ReplayConfig::new(&a.scheme);
+    cfg.proxy = a.proxy;
+    cfg.ca_pem = a.ca;
+    cfg.timeout = Duration::from_secs(a.timeout_s);
+    parse_resolve(&mut cfg, &a.resolve)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let load = rt.block_on(async {
+        match &w.mixed {
+            None => replay::load_page(&w, &cfg).await,
+            Some(m) => {
+                let page = Workload::load(&a.workloads_dir, &m.page)?;
+                let bg = Workload::load(&a.workloads_dir, &m.background)?;
+                let bg_cfg = cfg.clone();
+                let bg_task = tokio::spawn(async move { replay::load_page(&bg, &bg_cfg).await });
+                tokio::time::sleep(Duration::from_millis(m.head_start_ms)).await;
+                if bg_task.is_finished() {
+                    bail!("the background transfer ended before the page load started");
+                }
+                let r = replay::load_page(&page, &cfg).await;
+                bg_task.abort();
+                r
+            }
+        }
+    })?;
+    println!("{}", serde_json::to_string(&load)?);
+    Ok(())
+}
+
+fn workloads(write: Option<PathBuf>) -> Result<()> {
+    let all = workload::generate_all();
+    if let Some(dir) = write {
+        std::fs::create_dir_all(&dir)?;
+        for w in &all {
+            let text = format!(
+                "# Generated by `pageload workloads --write`; do not edit.\n{}",
+                w.to_toml()?
+            );
+            Workload::from_toml(&text)?;
+            std::fs::write(dir.join(format!("{}.toml", w.id)), text)?;
+        }
+    }
+    println!("| workload | objects | hosts | levels | KB | source |");
+    println!("|---|---:|---:|---:|---:|---|");
+    for w in &all {
+        println!(
+            "| {} | {} | {} | {} | {:.0} | {} |",
+            w.id,
+            w.objects.len(),
+            w.hosts.len(),
+            w.levels().len(),
+            w.total_bytes() as f64 / 1000.0,
+            w.source
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! Offered against carried load (seed 001 figure 5a): page loads arrive as a Poisson process at a
+//! chosen rate for a fixed window, each loaded by the replay client through the system.
+//!
+//! Offered load = arrival rate × page bytes × 8. Carried load = body bytes of the completed loads
+//! ÷ the time from the first arrival until the last load ended (so an overloaded link shows up as
+//! carried load levelling off while the time stretches). Headers and TCP/IP overhead are not
+//! counted on either side.
+
+use crate::replay::{self, ReplayConfig};
+use crate::workload::Workload;
+use anyhow::Result;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// Most page loads in flight at once; arrivals beyond it count as failures (bounded memory).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 400;
+/// How long loads may continue after the arrival window closes.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(60);
+
+/// One point of the curve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadPoint {
+    /// Link profile.
+    pub profile: String,
+    /// System label (id and parameters).
+    pub system: String,
+    /// Workload id.
+    pub workload: String,
+    /// Offered load in Mbit/s.
+    pub offered_mbit: f64,
+    /// Carried load in Mbit/s.
+    pub carried_mbit: f64,
+    /// Page loads completed.
+    pub pages: usize,
+    /// Page loads failed (including arrivals refused above the in-flight bound).
+    pub failures: usize,
+    /// Median PLT of the completed loads, ms.
+    pub plt_ms_median: Option<f64>,
+}
+
+/// What one run at one rate measured (before labelling).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadRun {
+    /// Offered load in Mbit/s.
+    pub offered_mbit: f64,
+    /// Carried load in Mbit/s.
+    pub carried_mbit: f64,
+    /// Completed loads.
+    pub pages: usize,
+    /// Failed loads.
+    pub failures: usize,
+    /// PLTs of the completed loads, ms.
+    pub plt_ms: Vec<f64>,
+}
+
+/// Arrival times (seconds from 0) of a Poisson process of `rate` per second over `window`
+/// seconds, reproducible from `seed`.
+pub fn poisson_arrivals(rate: f64, window: f64, seed: u64) -> Vec<f64> {
+    if rate <= 0.0 || window <= 0.0 || !rate.is_finite() {
+        return Vec::new();
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut t = 0.0;
+    let mut out = Vec::new();
+    loop {
+        let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+        t += -u.ln() / rate;
+        if t >= window {
+            return out;
+        }
+        out.push(t);
+    }
+}
+
+/// Page arrival rate that offers `mbit` Mbit/s of `w`'s bytes.
+pub fn rate_for(w: &Workload, mbit: f64) -> f64 {
+    let bits = w.total_bytes() as f64 * 8.0;
+    if bits <= 0.0 {
+        0.0
+    } else {
+        mbit * 1e6 / bits
+    }
+}
+
+/// Loads `w` at `rate` pages per second for `window`, then waits for the loads in flight.
+pub async fn run(
+    w: &Workload,
+    cfg: &ReplayConfig,
+    rate: f64,
+    window: Duration,
+    seed: u64,
+) -> Result<LoadRun> {
+    let arrivals = poisson_arrivals(rate, window.as_secs_f64(), seed);
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut failures = 0;
+    for a in arrivals {
+        tokio::time::sleep_until((start + Duration::from_secs_f64(a)).into()).await;
+        if tasks.len() >= DEFAULT_MAX_IN_FLIGHT {
+            failures += 1;
+            continue;
+        }
+        let (w, cfg) = (w.clone(), cfg.clone());
+        tasks.spawn(async move { replay::load_page(&w, &cfg).await });
+    }
+    let mut bytes = 0u64;
+    let mut plt = Vec::new();
+    let deadline = Instant::now() + DEFAULT_DRAIN;
+    loop {
+        match tokio::time::timeout_at(deadline.into(), tasks.join_next()).await {
+            Ok(Some(Ok(Ok(p)))) => {
+                bytes += p.objects.iter().map(|o| o.bytes).sum::<u64>();
+                plt.push(p.plt_ms);
+            }
+            Ok(Some(_)) => failures += 1,
+            Ok(None) => break,
+            Err(_) => {
+                failures += tasks.len();
+                tasks.abort_all();
+                break;
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64().max(window.as_secs_f64());
+    Ok(LoadRun {
+        offered_mbit: rate * w.total_bytes() as f64 * 8.0 / 1e6,
+        carried_mbit: bytes as f64 * 8.0 / elapsed / 1e6,
+        pages: plt.len(),
+        failures,
+        plt_ms: plt,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{generate_page, page_specs};
+
+    #[test]
+    fn arrivals_are_reproducible_with_the_asked_rate() {
+        let a = poisson_arrivals(20.0, 100.0, 3);
+        assert_eq!(a, poisson_arrivals(20.0, 100.0, 3));
+        assert!(a.windows(2).all(|w| w[0] < w[1]));
+        assert!(a.iter().all(|t| (0.0..100.0).contains(t)));
+        // 2000 expected; a Poisson count is within 5 sigma (~224) of it.
+        assert!((a.len() as f64 - 2000.0).abs() < 224.0, "{}", a.len());
+        assert!(poisson_arrivals(0.0, 10.0, 1).is_empty());
+    }
+
+    #[test]
+    fn rate_offers_the_asked_bits() {
+        let w = generate_page(&page_specs()[1]); // google, 74 000 bytes
+        let r = rate_for(&w, 59.2);
+        assert!((r - 100.0).abs() < 1e-9, "{r}");
+    }
+}

@@ -1,0 +1,662 @@
+//! The replay client: loads a [`Workload`] the way the seeds' browsers did.
+//!
+//! HTTP/1.1 with persistent connections, at most [`DEFAULT_MAX_PER_HOST`] connections per host
+//! name (seed 000: Firefox's six per domain), one request in flight per connection (no
+//! pipelining). An object is requested as soon as the object referencing it has arrived, so the
+//! page is discovered level by level (HTML → CSS/JS → images). Through a proxy, plain HTTP uses
+//! absolute-form requests and HTTPS opens a `CONNECT` tunnel per connection, then TLS (rustls)
+//! trusting only the run's test CA. The page load time runs from the first request (before its
+//! connection is opened) to the last byte of the last object.
+//!
+//! It does not render, execute scripts, cache, or speak HTTP/2.
+
+use crate::workload::Workload;
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+
+/// Connections per host name, as the seeds' browsers (seed 000 §4.1.2).
+pub const DEFAULT_MAX_PER_HOST: usize = 6;
+/// Whole-page deadline; a load slower than this is an error, not a sample.
+pub const DEFAULT_PAGE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Largest response head accepted.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+/// Read buffer per connection (bodies are streamed through it and discarded).
+pub const READ_BUFFER_BYTES: usize = 64 * 1024;
+
+/// How to reach the origins.
+#[derive(Debug, Clone)]
+pub struct ReplayConfig {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// Forward proxy, or `None` to connect to the origins directly.
+    pub proxy: Option<SocketAddr>,
+    /// Address of every host name (used when connecting directly).
+    pub resolve: HashMap<String, IpAddr>,
+    /// PEM file of the CA that signs the origin certificates (HTTPS).
+    pub ca_pem: Option<std::path::PathBuf>,
+    /// Connections per host.
+    pub max_per_host: usize,
+    /// Page deadline.
+    pub timeout: Duration,
+    /// Origin port for `http` (80 in the test bed).
+    pub http_port: u16,
+    /// Origin port for `https` (443 in the test bed).
+    pub https_port: u16,
+}
+
+impl ReplayConfig {
+    /// Defaults for `scheme`: direct, ports 80/443, six connections per host.
+    pub fn new(scheme: &str) -> ReplayConfig {
+        ReplayConfig {
+            scheme: scheme.into(),
+            proxy: None,
+            resolve: HashMap::new(),
+            ca_pem: None,
+            max_per_host: DEFAULT_MAX_PER_HOST,
+            timeout: DEFAULT_PAGE_TIMEOUT,
+            http_port: 80,
+            https_port: 443,
+        }
+    }
+}
+
+/// Timing of one object, relative to the start of the page load.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ObjectTime {
+    /// `host/path`.
+    pub url: String,
+    /// When it was discovered (its parent finished), ms.
+    pub discovered_ms: f64,
+    /// When its request was written, ms.
+    pub request_ms: f64,
+    /// When its last byte arrived, ms.
+    pub done_ms: f64,
+    /// Body bytes received.
+    pub bytes: u64,
+    /// Whether the request opened a new connection.
+    pub new_connection: bool,
+}
+
+/// Result of one page load.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PageLoad {
+    /// First request to last byte, ms.
+    pub plt_ms: f64,
+    /// Connections opened.
+    pub connections: usize,
+    /// Per-object times, in workload order.
+    pub objects: Vec<ObjectTime>,
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+struct Conn {
+    io: BufReader<Pin<Box<dyn Io>>>,
+}
+
+struct Shared {
+    w: Workload,
+    cfg: ReplayConfig,
+    tls: Option<tokio_rustls::TlsConnector>,
+    start: Instant,
+    idle: Mutex<HashMap<String, Vec<Conn>>>,
+    opened: Mutex<usize>,
+}
+
+fn ms(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Builds the TLS client configuration trusting only the CA in `ca_pem`.
+pub fn tls_connector(ca_pem: &std::path::Path) -> Result<tokio_rustls::TlsConnector> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca_pem)
+        .with_context(|| format!("reading CA {}", ca_pem.display()))?
+    {
+        roots
+            .add(cert.context("parsing CA PEM")?)
+            .context("adding CA")?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+/// Loads `w` once and returns its timings.
+pub async fn load_page(w: &Workload, cfg: &ReplayConfig) -> Result<PageLoad> {
+    if w.objects.is_empty() {
+        bail!("workload {} has no objects to load", w.id);
+    }
+    if cfg.scheme != "http" && cfg.scheme != "https" {
+        bail!("scheme must be http or https, not {:?}", cfg.scheme);
+    }
+    let tls = if cfg.scheme == "https" {
+        let ca = cfg
+            .ca_pem
+            .as_deref()
+            .ok_or_else(|| anyhow!("https needs the test CA"))?;
+        Some(tls_connector(ca)?)
+    } else {
+        None
+    };
+    let shared = Arc::new(Shared {
+        w: w.clone(),
+        cfg: cfg.clone(),
+        tls,
+        start: Instant::now(),
+        idle: Mutex::new(HashMap::new()),
+        opened: Mutex::new(0),
+    });
+    let fut = run(shared.clone());
+    let objects = tokio::time::timeout(cfg.timeout, fut)
+        .await
+        .map_err(|_| anyhow!("page {} not loaded within {:?}", w.id, cfg.timeout))??;
+    let plt_ms = objects.iter().map(|o| o.done_ms).fold(0.0, f64::max);
+    let connections = *shared.opened.lock().expect("poisoned");
+    Ok(PageLoad {
+        plt_ms,
+        connections,
+        objects,
+    })
+}
+
+/// Dispatches objects as a browser does: an object becomes ready when the object referencing
+/// it has arrived; ready objects wait in a per-host queue in discovery order, then document
+/// order, and at most `max_per_host` requests per host are in flight (one per connection).
+async fn run(shared: Arc<Shared>) -> Result<Vec<ObjectTime>> {
+    let w = &shared.w;
+    let n = w.objects.len();
+    let max = shared.cfg.max_per_host.max(1);
+    let mut queues: HashMap<&str, std::collections::VecDeque<(usize, f64)>> = HashMap::new();
+    let mut busy: HashMap<&str, usize> = HashMap::new();
+    let mut out: Vec<Option<ObjectTime>> = vec![None; n];
+    let mut tasks = tokio::task::JoinSet::new();
+    queues
+        .entry(w.objects[0].host.as_str())
+        .or_default()
+        .push_back((0, 0.0));
+    let mut finished = 0;
+    while finished < n {
+        for h in &w.hosts {
+            let q = queues.entry(h.as_str()).or_default();
+            let b = busy.entry(h.as_str()).or_default();
+            while *b < max {
+                let Some((i, discovered_ms)) = q.pop_front() else {
+                    break;
+                };
+                *b += 1;
+                let shared = shared.clone();
+                tasks.spawn(async move { (i, fetch(&shared, i, discovered_ms).await) });
+            }
+        }
+        let Some(r) = tasks.join_next().await else {
+            bail!("{} of {n} objects never became ready", n - finished);
+        };
+        let (i, t) = r.context("object task panicked")?;
+        let t = t?;
+        finished += 1;
+        *busy.entry(w.objects[i].host.as_str()).or_default() -= 1;
+        let done = t.done_ms;
+        out[i] = Some(t);
+        for k in w.children(i) {
+            queues
+                .entry(w.objects[k].host.as_str())
+                .or_default()
+                .push_back((k, done));
+        }
+    }
+    out.into_iter()
+        .enumerate()
+        .map(|(i, o)| o.ok_or_else(|| anyhow!("object {i} never fetched")))
+        .collect()
+}
+
+async fn fetch(shared: &Shared, i: usize, discovered_ms: f64) -> Result<ObjectTime> {
+    let o = &shared.w.objects[i];
+    let reused = shared
+        .idle
+        .lock()
+        .expect("poisoned")
+        .get_mut(&o.host)
+        .and_then(|v| v.pop());
+    let request_ms = ms(shared.start);
+    let (mut conn, new_connection) = match reused {
+        Some(c) => (c, false),
+        None => (open(shared, &o.host).await?, true),
+    };
+    let target = match (shared.cfg.proxy, shared.cfg.scheme.as_str()) {
+        (Some(_), "http") => format!("http://{}{}", o.host, o.path),
+        _ => o.path.clone(),
+    };
+    let req = format!(
+        "GET {target} HTTP/1.1\r\nHost: {}\r\nUser-Agent: longhaul-replay\r\nAccept: */*\r\n\r\n",
+        o.host
+    );
+    conn.io
+        .get_mut()
+        .write_all(req.as_bytes())
+        .await
+        .with_context(|| format!("sending {target}"))?;
+    let (status, len, keep) = read_head(&mut conn.io)
+        .await
+        .with_context(|| format!("response to {target}"))?;
+    if status != 200 {
+        bail!("{target}: status {status}");
+    }
+    let bytes = read_body(&mut conn.io, len)
+        .await
+        .with_context(|| format!("body of {target}"))?;
+    let done_ms = ms(shared.start);
+    if bytes != o.size {
+        bail!("{target}: {bytes} bytes, expected {}", o.size);
+    }
+    if keep {
+        shared
+            .idle
+            .lock()
+            .expect("poisoned")
+            .entry(o.host.clone())
+            .or_default()
+            .push(conn);
+    }
+    Ok(ObjectTime {
+        url: format!("{}{}", o.host, o.path),
+        discovered_ms,
+        request_ms,
+        done_ms,
+        bytes,
+        new_connection,
+    })
+}
+
+async fn open(shared: &Shared, host: &str) -> Result<Conn> {
+    *shared.opened.lock().expect("poisoned") += 1;
+    let port = if shared.cfg.scheme == "https" {
+        shared.cfg.https_port
+    } else {
+        shared.cfg.http_port
+    };
+    let tcp = match shared.cfg.proxy {
+        Some(p) => TcpStream::connect(p)
+            .await
+            .with_context(|| format!("connecting to proxy {p}"))?,
+        None => {
+            let ip = shared
+                .cfg
+                .resolve
+                .get(host)
+                .ok_or_else(|| anyhow!("no address for {host}"))?;
+            TcpStream::connect((*ip, port))
+                .await
+                .with_context(|| format!("connecting to {host} {ip}"))?
+        }
+    };
+    tcp.set_nodelay(true)?;
+    let mut io: BufReader<Pin<Box<dyn Io>>> =
+        BufReader::with_capacity(READ_BUFFER_BYTES, Box::pin(tcp));
+    if let Some(tls) = &shared.tls {
+        if shared.cfg.proxy.is_some() {
+            let req = format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n");
+            io.get_mut()
+                .write_all(req.as_bytes())
+                .await
+                .context("sending CONNECT")?;
+            let (status, _, _) = read_head(&mut io).await.context("CONNECT reply")?;
+            if !(200..300).contains(&status) {
+                bail!("CONNECT {host}:{port} refused with status {status}");
+            }
+            if !io.buffer().is_empty() {
+                bail!("proxy sent bytes after its CONNECT reply");
+            }
+        }
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| anyhow!("bad server name {host}: {e}"))?;
+        let tcp = io.into_inner();
+        let s = tls
+            .connect(name, tcp)
+            .await
+            .with_context(|| format!("TLS with {host}"))?;
+        io = BufReader::with_capacity(READ_BUFFER_BYTES, Box::pin(s));
+    }
+    Ok(Conn { io })
+}
+
+/// Body framing of a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLen {
+    /// `Content-Length`.
+    Exact(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Neither: no body (CONNECT replies, 204/304).
+    None,
+}
+
+/// Reads a response head; returns (status, framing, keep-alive).
+async fn read_head<R: AsyncBufReadExt + Unpin>(r: &mut R) -> Result<(u16, BodyLen, bool)> {
+    let mut head = Vec::with_capacity(1024);
+    loop {
+        let n = r.read_until(b'\n', &mut head).await?;
+        if n == 0 {
+            bail!("connection closed before the response head ended");
+        }
+        if head.len() > MAX_HEAD_BYTES {
+            bail!("response head longer than {MAX_HEAD_BYTES} bytes");
+        }
+        if head.ends_with(b"\r\n\r\n") || head.ends_with(b"\n\n") {
+            break;
+        }
+    }
+    parse_head(&head)
+}
+
+/// Parses a complete response head.
+pub fn parse_head(head: &[u8]) -> Result<(u16, BodyLen, bool)> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    match resp.parse(head).context("malformed response head")? {
+        httparse::Status::Complete(_) => {}
+        httparse::Status::Partial => bail!("incomplete response head"),
+    }
+    let status = resp.code.unwrap_or(0);
+    let mut len = BodyLen::None;
+    let mut keep = resp.version == Some(1);
+    for h in resp.headers.iter() {
+        let v = String::from_utf8_lossy(h.value).trim().to_ascii_lowercase();
+        if h.name.eq_ignore_ascii_case("content-length") {
+            len = BodyLen::Exact(
+                v.parse()
+                    .with_context(|| format!("bad Content-Length {v:?}"))?,
+            );
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked") {
+            len = BodyLen::Chunked;
+        } else if h.name.eq_ignore_ascii_case("connection")
+            || h.name.eq_ignore_ascii_case("proxy-connection")
+        {
+            if v.contains("close") {
+                keep = false;
+            } else if v.contains("keep-alive") {
+                keep = true;
+            }
+        }
+    }
+    Ok((status, len, keep))
+}
+
+async fn read_body<R: AsyncBufReadExt + Unpin>(r: &mut R, len: BodyLen) -> Result<u64> {
+    match len {
+        BodyLen::None => Ok(0),
+        BodyLen::Exact(n) => discard(r, n).await,
+        BodyLen::Chunked => {
+            let mut total = 0;
+            loop {
+                let mut line = String::new();
+                r.read_line(&mut line).await?;
+                let hex = line.trim().split(';').next().unwrap_or("");
+                let n = u64::from_str_radix(hex, 16)
+                    .with_context(|| format!("bad chunk size {line:?}"))?;
+                if n == 0 {
+                    // Trailers until the empty line.
+                    loop {
+                        line.clear();
+                        if r.read_line(&mut line).await? == 0 || line.trim().is_empty() {
+                            return Ok(total);
+                        }
+                    }
+                }
+                total += discard(r, n).await?;
+                line.clear();
+                r.read_line(&mut line).await?;
+            }
+        }
+    }
+}
+
+async fn discard<R: AsyncRead + Unpin>(r: &mut R, n: u64) -> Result<u64> {
+    let copied = tokio::io::copy(&mut r.take(n), &mut tokio::io::sink()).await?;
+    if copied != n {
+        bail!("connection closed after {copied} of {n} body bytes");
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_parse_with_framing_and_keep_alive() {
+        let h = b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n";
+        assert_eq!(parse_head(h).unwrap(), (200, BodyLen::Exact(12), true));
+        let h = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        assert_eq!(parse_head(h).unwrap(), (200, BodyLen::Chunked, false));
+        let h = b"HTTP/1.0 200 Connection established\r\n\r\n";
+        assert_eq!(parse_head(h).unwrap(), (200, BodyLen::None, false));
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
+        assert!(parse_head(b"garbage\r\n\r\n").is_err());
+    }
+
+    #[tokio::test]
+    async fn chunked_bodies_are_counted() {
+        let mut r = BufReader::new(&b"5\r\nhello\r\n3;x=y\r\nabc\r\n0\r\n\r\n"[..]);
+        assert_eq!(read_body(&mut r, BodyLen::Chunked).await.unwrap(), 8);
+        let mut r = BufReader::new(&b"abc"[..]);
+        assert!(read_body(&mut r, BodyLen::Exact(4)).await.is_err());
+    }
+}
+
+#[cfg(test)]
+mod origin_tests {
+    use super::*;
+    use crate::workload::{generate_page, page_specs};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::net::TcpListener;
+
+    /// A built-in HTTP/1.1 origin on loopback serving `w`'s bodies; counts connections.
+    async fn serve(w: Workload) -> (SocketAddr, Arc<AtomicUsize>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let conns = Arc::new(AtomicUsize::new(0));
+        let c2 = conns.clone();
+        let w = Arc::new(w);
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                c2.fetch_add(1, Ordering::SeqCst);
+                let w = w.clone();
+                tokio::spawn(async move {
+                    let mut s = BufReader::new(s);
+                    loop {
+                        let mut head = Vec::new();
+                        while !head.ends_with(b"\r\n\r\n") {
+                            if s.read_until(b'\n', &mut head).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                        }
+                        let line = String::from_utf8_lossy(&head).to_string();
+                        let path = line.split_whitespace().nth(1).unwrap().to_string();
+                        let i = w.objects.iter().position(|o| o.path == path).unwrap();
+                        let body = if w.objects[i].kind == crate::workload::Kind::Image {
+                            vec![0u8; w.objects[i].size as usize]
+                        } else {
+                            w.body(i)
+                        };
+                        let h =
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                        s.get_mut().write_all(h.as_bytes()).await.unwrap();
+                        s.get_mut().write_all(&body).await.unwrap();
+                    }
+                });
+            }
+        });
+        (addr, conns)
+    }
+
+    #[tokio::test]
+    async fn loads_every_object_level_by_level_within_six_connections_per_host() {
+        let w = generate_page(page_specs().iter().find(|s| s.id == "amazon").unwrap());
+        let (addr, conns) = serve(w.clone()).await;
+        let mut cfg = ReplayConfig::new("http");
+        cfg.http_port = addr.port();
+        cfg.resolve = w.hosts.iter().map(|h| (h.clone(), addr.ip())).collect();
+        let load = load_page(&w, &cfg).await.unwrap();
+        assert_eq!(load.objects.len(), 53);
+        assert_eq!(load.objects.iter().map(|o| o.bytes).sum::<u64>(), 977_000);
+        assert!(
+            load.connections <= DEFAULT_MAX_PER_HOST,
+            "{}",
+            load.connections
+        );
+        assert_eq!(load.connections, conns.load(Ordering::SeqCst));
+        for (i, o) in w.objects.iter().enumerate() {
+            if let Some(p) = o.parent {
+                assert!(
+                    load.objects[i].request_ms >= load.objects[p].done_ms,
+                    "{} before its parent",
+                    o.path
+                );
+            }
+        }
+        // Never more than six requests in flight to the host, and every connection in use.
+        for o in &load.objects {
+            let t = o.request_ms;
+            let in_flight = load
+                .objects
+                .iter()
+                .filter(|x| x.request_ms <= t && x.done_ms > t)
+                .count();
+            assert!(
+                in_flight <= DEFAULT_MAX_PER_HOST,
+                "{in_flight} in flight at {t}"
+            );
+        }
+        let last = load.objects.iter().map(|o| o.done_ms).fold(0.0, f64::max);
+        assert_eq!(load.plt_ms, last);
+    }
+
+    /// A TLS origin (certificate for every host of `w`, signed by a fresh CA written to
+    /// `ca_path`) in front of [`serve`], and a CONNECT proxy to it; returns the proxy address.
+    async fn tls_origin_behind_connect_proxy(w: Workload, ca_path: &std::path::Path) -> SocketAddr {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        std::fs::write(ca_path, ca_cert.pem()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(w.hosts.clone())
+            .unwrap()
+            .signed_by(&key, &ca_cert, &ca_key)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf.der().clone()],
+                rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let (plain, _) = serve(w).await;
+        let tls_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tls_addr = tls_l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = tls_l.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(s).await else {
+                        return;
+                    };
+                    let mut up = TcpStream::connect(plain).await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+                });
+            }
+        });
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let paddr = proxy.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = proxy.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut s = BufReader::new(s);
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if s.read_until(b'\n', &mut head).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                    }
+                    assert!(
+                        head.starts_with(b"CONNECT "),
+                        "{}",
+                        String::from_utf8_lossy(&head)
+                    );
+                    let mut up = TcpStream::connect(tls_addr).await.unwrap();
+                    s.get_mut()
+                        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                        .await
+                        .unwrap();
+                    let _ = tokio::io::copy_bidirectional(s.get_mut(), &mut up).await;
+                });
+            }
+        });
+        paddr
+    }
+
+    #[tokio::test]
+    async fn https_goes_through_connect_tunnels_and_trusts_only_the_test_ca() {
+        let w = generate_page(&page_specs()[0]); // yahoo, two hosts
+        let ca =
+            std::env::temp_dir().join(format!("longhaul-replay-ca-{}.pem", std::process::id()));
+        let proxy = tls_origin_behind_connect_proxy(w.clone(), &ca).await;
+        let mut cfg = ReplayConfig::new("https");
+        cfg.proxy = Some(proxy);
+        cfg.ca_pem = Some(ca.clone());
+        let load = load_page(&w, &cfg).await.unwrap();
+        assert_eq!(load.objects.len(), 30);
+        assert!(load.connections <= 2 * DEFAULT_MAX_PER_HOST);
+        // Another CA: the handshake must fail.
+        let other =
+            std::env::temp_dir().join(format!("longhaul-replay-ca2-{}.pem", std::process::id()));
+        let _ = tls_origin_behind_connect_proxy(w.clone(), &other).await;
+        cfg.ca_pem = Some(other.clone());
+        let e = load_page(&w, &cfg).await.unwrap_err();
+        assert!(format!("{e:#}").contains("TLS"), "{e:#}");
+        let _ = std::fs::remove_file(ca);
+        let _ = std::fs::remove_file(other);
+    }
+
+    #[tokio::test]
+    async fn a_missing_origin_is_an_error_not_a_hang() {
+        let w = generate_page(&page_specs()[1]);
+        let mut cfg = ReplayConfig::new("http");
+        cfg.resolve = w
+            .hosts
+            .iter()
+            .map(|h| (h.clone(), IpAddr::from([127, 0, 0, 1])))
+            .collect();
+        cfg.http_port = 1; // nothing listens on port 1
+        cfg.timeout = Duration::from_secs(5);
+        assert!(load_page(&w, &cfg).await.is_err());
+        let mut cfg = ReplayConfig::new("https");
+        cfg.timeout = Duration::from_secs(5);
+        assert!(format!("{:#}", load_page(&w, &cfg).await.unwrap_err()).contains("CA"));
+    }
+}

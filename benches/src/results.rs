@@ -1,0 +1,573 @@
+//! `results.json` rows and the markdown summary.
+//!
+//! One [`Row`] per (profile, workload, system, params, client, scheme). Measured rows carry the
+//! raw samples; the analytic floor is a row with `system = "floor"`, `measured = false` and no
+//! samples. Ratios are filled in by [`fill_ratios`] from rows of the same run only.
+
+use crate::stats;
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// System ids, in display order. `longhaul-quic` is reserved (not built yet).
+pub const SYSTEMS: [&str; 7] = [
+    "direct",
+    "single-proxy",
+    "squid-chain",
+    "haproxy-h2",
+    "longhaul-tcp",
+    "longhaul-quic",
+    "floor",
+];
+
+/// Parameters of a system (longhaul's pool; empty for the others).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Params {
+    /// Number of pooled connections between edge and remote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_size: Option<u32>,
+    /// Congestion control of the pool (`bbr`, `cubic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
+    /// Stream placement policy (`least-outstanding`, `round-robin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Initial congestion window set on the routes (segments), for the initial-window sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initcwnd: Option<u32>,
+}
+
+impl Params {
+    /// Short label, e.g. `N=10 bbr least-outstanding`.
+    pub fn label(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(n) = self.pool_size {
+            parts.push(format!("N={n}"));
+        }
+        if let Some(c) = &self.congestion {
+            parts.push(c.clone());
+        }
+        if let Some(p) = &self.policy {
+            parts.push(p.clone());
+        }
+        if let Some(i) = self.initcwnd {
+            parts.push(format!("iw={i}"));
+        }
+        parts.join(" ")
+    }
+}
+
+/// One line of `results.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Row {
+    /// Link profile name.
+    pub profile: String,
+    /// Workload id.
+    pub workload: String,
+    /// `replay` or `chromium`.
+    pub client: String,
+    /// One of [`SYSTEMS`].
+    pub system: String,
+    /// System parameters.
+    pub params: Params,
+    /// `http` or `https`.
+    pub scheme: String,
+    /// Successful repetitions (0 for the floor).
+    pub runs: usize,
+    /// Failed repetitions (errors are in `errors`).
+    pub failures: usize,
+    /// False for computed rows (the floor).
+    pub measured: bool,
+    /// Median page load time in ms.
+    pub plt_ms_median: Option<f64>,
+    /// 95th percentile page load time in ms.
+    pub plt_ms_p95: Option<f64>,
+    /// Median over the median of `direct` in the same (profile, workload, client, scheme).
+    pub ratio_to_direct: Option<f64>,
+    /// Median over the floor of the same (profile, workload).
+    pub ratio_to_floor: Option<f64>,
+    /// Page load times of the successful repetitions, in run order.
+    pub samples_ms: Vec<f64>,
+    /// First few distinct error messages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+    /// Why the row has no measurement, when it has none by design.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Row {
+    /// A measured row from samples and errors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn measured(
+        profile: &str,
+        workload: &str,
+        client: &str,
+        system: &str,
+        params: Params,
+        scheme: &str,
+        samples_ms: Vec<f64>,
+        errors: Vec<String>,
+    ) -> Row {
+        let mut distinct: Vec<String> = Vec::new();
+        for e in &errors {
+            if !distinct.contains(e) && distinct.len() < 5 {
+                distinct.push(e.clone());
+            }
+        }
+        Row {
+            profile: profile.into(),
+            workload: workload.into(),
+            client: client.into(),
+            system: system.into(),
+            params,
+            scheme: scheme.into(),
+            runs: samples_ms.len(),
+            failures: errors.len(),
+            measured: true,
+            plt_ms_median: stats::median(&samples_ms),
+            plt_ms_p95: stats::p95(&samples_ms),
+            ratio_to_direct: None,
+            ratio_to_floor: None,
+            samples_ms,
+            errors: distinct,
+            note: None,
+        }
+    }
+
+    /// The computed floor row.
+    pub fn floor(profile: &str, workload: &str, client: &str, scheme: &str, ms: f64) -> Row {
+        Row {
+            profile: profile.into(),
+            workload: workload.into(),
+            client: client.into(),
+            system: "floor".into(),
+            params: Params::default(),
+            scheme: scheme.into(),
+            runs: 0,
+            failures: 0,
+            measured: false,
+            plt_ms_median: Some(ms),
+            plt_ms_p95: Some(ms),
+            ratio_to_direct: None,
+            ratio_to_floor: Some(1.0),
+            samples_ms: vec![],
+            errors: vec![],
+            note: Some(
+                "analytic floor (levels x RTT + bytes / rate), computed, not measured".into(),
+            ),
+        }
+    }
+
+    /// A row for a system that was asked for but cannot run, with the reason.
+    pub fn skipped(
+        profile: &str,
+        workload: &str,
+        client: &str,
+        system: &str,
+        scheme: &str,
+        why: &str,
+    ) -> Row {
+        let mut r = Row::measured(
+            profile,
+            workload,
+            client,
+            system,
+            Params::default(),
+            scheme,
+            vec![],
+            vec![],
+        );
+        r.measured = false;
+        r.note = Some(why.into());
+        r
+    }
+
+    fn group(&self) -> (String, String, String, String) {
+        (
+            self.profile.clone(),
+            self.workload.clone(),
+            self.client.clone(),
+            self.scheme.clone(),
+        )
+    }
+}
+
+/// Fills `ratio_to_direct` and `ratio_to_floor` from the rows of the same group. `direct` rows
+/// with parameters (the initial-window sweep) only serve rows with the same parameters.
+pub fn fill_ratios(rows: &mut [Row]) {
+    let mut direct = BTreeMap::new();
+    let mut floor = BTreeMap::new();
+    for r in rows.iter() {
+        if r.system == "direct" {
+            direct.insert((r.group(), r.params.initcwnd), r.plt_ms_median);
+        }
+        if r.system == "floor" {
+            floor.insert(r.group(), r.plt_ms_median);
+        }
+    }
+    for r in rows.iter_mut() {
+        let d = direct
+            .get(&(r.group(), r.params.initcwnd))
+            .copied()
+            .flatten();
+        r.ratio_to_direct = stats::ratio(r.plt_ms_median, d);
+        r.ratio_to_floor = stats::ratio(r.plt_ms_median, floor.get(&r.group()).copied().flatten());
+    }
+}
+
+/// Sorts rows for reading: by profile, workload, client, scheme, then system in [`SYSTEMS`]
+/// order (the floor last), then parameters.
+pub fn sort(rows: &mut [Row]) {
+    let pos = |s: &str| {
+        SYSTEMS
+            .iter()
+            .position(|x| *x == s)
+            .unwrap_or(SYSTEMS.len())
+    };
+    rows.sort_by(|a, b| {
+        (
+            &a.profile,
+            &a.workload,
+            &a.client,
+            &a.scheme,
+            pos(&a.system),
+            &a.params,
+        )
+            .cmp(&(
+                &b.profile,
+                &b.workload,
+                &b.client,
+                &b.scheme,
+                pos(&b.system),
+                &b.params,
+            ))
+    });
+}
+
+/// One of longhaul's expected results, read from measured rows (never asserted in a test that
+/// measures time).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetCheck {
+    /// What is expected.
+    pub what: String,
+    /// The measured value, when the rows hold it.
+    pub measured: Option<f64>,
+    /// The bound.
+    pub bound: f64,
+    /// `Some(true)` met, `Some(false)` missed, `None` not measured in this run.
+    pub met: Option<bool>,
+}
+
+/// longhaul's expectations on `pacific` for the Yahoo page with the replay client: median PLT at
+/// most 0.5 × direct over HTTP and 0.6 × direct over HTTPS, and below the Squid chain and the
+/// HAProxy chain. The longhaul variant judged is the best measured one.
+pub fn targets(rows: &[Row]) -> Vec<TargetCheck> {
+    let best = |system: &str, scheme: &str, f: fn(&Row) -> Option<f64>| -> Option<f64> {
+        rows.iter()
+            .filter(|r| {
+                r.profile == "pacific"
+                    && r.workload == "yahoo"
+                    && r.client == "replay"
+                    && r.scheme == scheme
+                    && r.system == system
+                    && r.measured
+                    && r.params.initcwnd.is_none()
+            })
+            .filter_map(f)
+            .min_by(f64::total_cmp)
+    };
+    let mut out = Vec::new();
+    for (scheme, bound) in [("http", 0.5), ("https", 0.6)] {
+        let m = best("longhaul-tcp", scheme, |r| r.ratio_to_direct);
+        out.push(TargetCheck {
+            what: format!("pacific yahoo {scheme}: longhaul-tcp median / direct median ≤ {bound}"),
+            measured: m,
+            bound,
+            met: m.map(|v| v <= bound),
+        });
+    }
+    for peer in ["squid-chain", "haproxy-h2"] {
+        for scheme in ["http", "https"] {
+            let l = best("longhaul-tcp", scheme, |r| r.plt_ms_median);
+            let p = best(peer, scheme, |r| r.plt_ms_median);
+            let ratio = crate::stats::ratio(l, p);
+            out.push(TargetCheck {
+                what: format!("pacific yahoo {scheme}: longhaul-tcp median / {peer} median < 1"),
+                measured: ratio,
+                bound: 1.0,
+                met: ratio.map(|v| v < 1.0),
+            });
+        }
+    }
+    out
+}
+
+/// The expectations as a markdown list.
+pub fn targets_markdown(rows: &[Row]) -> String {
+    let mut s = String::from("\n## Expected of longhaul (pacific, yahoo, replay)\n\n");
+    for t in targets(rows) {
+        let verdict = match t.met {
+            Some(true) => "met",
+            Some(false) => "**missed**",
+            None => "not measured in this run",
+        };
+        let v = t
+            .measured
+            .map(|v| format!("{v:.2}"))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(s, "- {}: measured {v} — {verdict}", t.what);
+    }
+    s
+}
+
+/// Checks the invariants of `results.json` rows (used on load and in tests).
+pub fn validate(rows: &[Row]) -> Result<()> {
+    for r in rows {
+        if !SYSTEMS.contains(&r.system.as_str()) {
+            bail!("unknown system {:?}", r.system);
+        }
+        if !["replay", "chromium"].contains(&r.client.as_str()) {
+            bail!("unknown client {:?}", r.client);
+        }
+        if !["http", "https"].contains(&r.scheme.as_str()) {
+            bail!("unknown scheme {:?}", r.scheme);
+        }
+        if r.measured && r.runs != r.samples_ms.len() {
+            bail!(
+                "row {} {} has runs {} but {} samples",
+                r.workload,
+                r.system,
+                r.runs,
+                r.samples_ms.len()
+            );
+        }
+        if r.system == "floor" && r.measured {
+            bail!("the floor is computed, never measured");
+        }
+    }
+    Ok(())
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.0}")).unwrap_or_else(|| "-".into())
+}
+
+fn x(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into())
+}
+
+/// The markdown table of `rows` (one line per row, grouped as they come).
+pub fn markdown_table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    s.push_str("| profile | workload | client | scheme | system | params | runs | median ms | p95 ms | ÷ direct | ÷ floor |\n");
+    s.push_str("|---|---|---|---|---|---|---:|---:|---:|---:|---:|\n");
+    for r in rows {
+        let runs = if r.measured {
+            if r.failures > 0 {
+                format!("{} ({} failed)", r.runs, r.failures)
+            } else {
+                r.runs.to_string()
+            }
+        } else if r.system == "floor" {
+            "computed".into()
+        } else {
+            "skipped".into()
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.profile,
+            r.workload,
+            r.client,
+            r.scheme,
+            r.system,
+            r.params.label(),
+            runs,
+            ms(r.plt_ms_median),
+            ms(r.plt_ms_p95),
+            x(r.ratio_to_direct),
+            x(r.ratio_to_floor)
+        );
+    }
+    s
+}
+
+/// The summary document: header, table, notes of skipped rows and errors.
+pub fn markdown_summary(title: &str, preamble: &str, rows: &[Row]) -> String {
+    let mut s = format!("# {title}\n\n{preamble}\n\n");
+    s.push_str(&markdown_table(rows));
+    let notes: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.note.is_some() && r.system != "floor")
+        .collect();
+    if !notes.is_empty() {
+        s.push_str("\n## Not measured\n\n");
+        for r in notes {
+            let _ = writeln!(
+                s,
+                "- {} / {} / {}: {}",
+                r.workload,
+                r.system,
+                r.scheme,
+                r.note.as_deref().unwrap_or("")
+            );
+        }
+    }
+    if rows
+        .iter()
+        .any(|r| r.profile == "pacific" && r.workload == "yahoo")
+    {
+        s.push_str(&targets_markdown(rows));
+    }
+    let errs: Vec<&Row> = rows.iter().filter(|r| !r.errors.is_empty()).collect();
+    if !errs.is_empty() {
+        s.push_str("\n## Errors\n\n");
+        for r in errs {
+            let _ = writeln!(
+                s,
+                "- {} / {} / {} {}: {}",
+                r.workload,
+                r.system,
+                r.params.label(),
+                r.scheme,
+                r.errors.join("; ")
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows() -> Vec<Row> {
+        let p = |n| Params {
+            pool_size: Some(n),
+            congestion: Some("bbr".into()),
+            policy: Some("least-outstanding".into()),
+            initcwnd: None,
+        };
+        vec![
+            Row::measured(
+                "pacific",
+                "yahoo",
+                "replay",
+                "direct",
+                Params::default(),
+                "http",
+                vec![1000.0, 1200.0, 1100.0],
+                vec![],
+            ),
+            Row::measured(
+                "pacific",
+                "yahoo",
+                "replay",
+                "longhaul-tcp",
+                p(10),
+                "http",
+                vec![400.0, 500.0, 450.0],
+                vec!["x".into()],
+            ),
+            Row::floor("pacific", "yahoo", "replay", "http", 300.0),
+            Row::measured(
+                "pacific",
+                "yahoo",
+                "replay",
+                "direct",
+                Params::default(),
+                "https",
+                vec![2000.0],
+                vec![],
+            ),
+        ]
+    }
+
+    #[test]
+    fn ratios_come_from_the_same_group() {
+        let mut r = rows();
+        fill_ratios(&mut r);
+        assert_eq!(r[0].ratio_to_direct, Some(1.0));
+        assert_eq!(r[1].ratio_to_direct, Some(450.0 / 1100.0));
+        assert_eq!(r[1].ratio_to_floor, Some(1.5));
+        assert_eq!(r[1].failures, 1);
+        assert_eq!(r[2].ratio_to_floor, Some(1.0));
+        // The https direct row has no https floor in this set.
+        assert_eq!(r[3].ratio_to_floor, None);
+        assert_eq!(r[3].ratio_to_direct, Some(1.0));
+    }
+
+    #[test]
+    fn results_json_schema_round_trips_with_the_required_fields() {
+        let mut r = rows();
+        fill_ratios(&mut r);
+        validate(&r).unwrap();
+        let json = serde_json::to_string_pretty(&r).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for row in v.as_array().unwrap() {
+            for k in [
+                "profile",
+                "workload",
+                "client",
+                "system",
+                "params",
+                "scheme",
+                "runs",
+                "plt_ms_median",
+                "plt_ms_p95",
+                "ratio_to_direct",
+                "ratio_to_floor",
+            ] {
+                assert!(row.get(k).is_some(), "missing {k} in {row}");
+            }
+        }
+        assert_eq!(v[1]["params"]["pool_size"], 10);
+        assert_eq!(v[1]["params"]["congestion"], "bbr");
+        let back: Vec<Row> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        let md = markdown_summary("t", "p", &r);
+        assert!(md.contains("| pacific | yahoo | replay | http | longhaul-tcp | N=10 bbr least-outstanding | 3 (1 failed) | 450 |"), "{md}");
+        assert!(md.contains("computed"));
+    }
+
+    #[test]
+    fn targets_are_read_from_the_rows() {
+        let mut r = rows();
+        fill_ratios(&mut r);
+        let t = targets(&r);
+        // http: 450 / 1100 = 0.41 <= 0.5.
+        assert_eq!(t[0].met, Some(true));
+        assert!((t[0].measured.unwrap() - 450.0 / 1100.0).abs() < 1e-9);
+        // https: no longhaul row.
+        assert_eq!(t[1].met, None);
+        // No peers measured.
+        assert!(t[2..].iter().all(|c| c.met.is_none()));
+        r.push(Row::measured(
+            "pacific",
+            "yahoo",
+            "replay",
+            "squid-chain",
+            Params::default(),
+            "http",
+            vec![400.0],
+            vec![],
+        ));
+        let t = targets(&r);
+        assert_eq!(t[2].met, Some(false));
+        assert!(targets_markdown(&r).contains("**missed**"));
+    }
+
+    #[test]
+    fn invalid_rows_are_rejected() {
+        let mut r = rows();
+        r[0].system = "nginx".into();
+        assert!(validate(&r).is_err());
+        let mut r = rows();
+        r[2].measured = true;
+        assert!(validate(&r).is_err());
+    }
+}

@@ -1,0 +1,552 @@
+//! The suite runner: brings a bed up per profile, serves the workloads from nginx, starts every
+//! system side by side, runs the repetitions in a shuffled order and turns samples into rows.
+//!
+//! Clients run as separate processes in the client namespace (`pageload replay-once`, or
+//! Chromium), so every repetition starts with cold client connections, as a new page visit.
+
+use crate::bed::{Bed, Node};
+use crate::chromium;
+use crate::floor::{self, LinkModel};
+use crate::load::{LoadPoint, LoadRun};
+use crate::origin::Site;
+use crate::replay::PageLoad;
+use crate::results::{Params, Row};
+use crate::schedule::shuffled_order;
+use crate::systems::{self, Running, SystemSpec};
+use crate::workload::Workload;
+use anyhow::{bail, Context, Result};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+/// Initial windows of seed 000's Table 1.
+pub const SEED_000_INITCWNDS: [u32; 7] = [1, 3, 5, 7, 10, 16, 32];
+/// Linux's default initial window, restored after the sweep.
+pub const LINUX_INITCWND: u32 = 10;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Suite {
+    /// Suite name (quick, full, demo, custom).
+    pub name: String,
+    /// Link profiles.
+    pub profiles: Vec<String>,
+    /// Workload ids.
+    pub workloads: Vec<String>,
+    /// Systems and variants, in display order.
+    pub systems: Vec<SystemSpec>,
+    /// `replay` and/or `chromium`.
+    pub clients: Vec<String>,
+    /// Workloads Chromium loads (it skips bulk and mixed anyway).
+    pub chromium_workloads: Vec<String>,
+    /// `http` and/or `https`.
+    pub schemes: Vec<String>,
+    /// Schemes Chromium loads (a subset of `schemes`).
+    pub chromium_schemes: Vec<String>,
+    /// Repetitions per cell.
+    pub runs: usize,
+    /// Seed of the shuffled order.
+    pub seed: u64,
+    /// Pause between repetitions (longer than the peers' origin idle timeout).
+    pub gap: Duration,
+    /// Initial windows to sweep (direct, yahoo, replay, http); empty skips the sweep.
+    pub initcwnds: Vec<u32>,
+    /// Offered loads as fractions of the link rate (yahoo, replay, http); empty skips them.
+    pub load_fractions: Vec<f64>,
+    /// Arrival window of each offered-load point.
+    pub load_window: Duration,
+}
+
+/// Everything a suite measured.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// results.json rows.
+    pub rows: Vec<Row>,
+    /// Offered/carried load points.
+    pub load: Vec<LoadPoint>,
+}
+
+/// Where the runner finds its inputs and puts its outputs.
+pub struct RunContext<'a> {
+    /// Directory of the workload TOML files.
+    pub workloads_dir: PathBuf,
+    /// Run directory.
+    pub out: PathBuf,
+    /// Opens a bed for a profile.
+    pub open_bed: &'a dyn Fn(&str) -> Result<Box<dyn Bed>>,
+    /// Progress lines go here.
+    pub log: &'a dyn Fn(&str),
+}
+
+struct Trialer<'a> {
+    bed: &'a dyn Bed,
+    site: &'a Site,
+    workloads_dir: &'a Path,
+    tmp: PathBuf,
+    counter: std::cell::Cell<u64>,
+}
+
+impl Trialer<'_> {
+    fn heal(&self) {
+        match self.bed.heal() {
+            Ok(false) => {}
+            Ok(true) => eprintln!(
+                "   warning: the test bed's hosts file had been removed from outside; restored it"
+            ),
+            Err(e) => eprintln!("   warning: restoring the test bed's hosts file: {e:#}"),
+        }
+    }
+
+    fn replay(
+        &self,
+        proxy: Option<std::net::SocketAddr>,
+        w: &str,
+        scheme: &str,
+    ) -> Result<PageLoad> {
+        self.heal();
+        let exe = std::env::current_exe()?;
+        let mut cmd = self.bed.command(Node::Client, &exe.display().to_string());
+        cmd.args(["replay-once", "--workloads-dir"])
+            .arg(self.workloads_dir)
+            .args(["--workload", w, "--scheme", scheme, "--ca"])
+            .arg(&self.site.ca_pem);
+        if let Some(p) = proxy {
+            cmd.args(["--proxy", &p.to_string()]);
+        }
+        for (h, a) in &self.site.hosts {
+            cmd.args(["--resolve", &format!("{h}={a}")]);
+        }
+        cmd.env("RUST_BACKTRACE", "0");
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .context("running replay-once")?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let msg: Vec<&str> = err
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && *l != "Caused by:")
+                .collect();
+            bail!("replay: {}", msg.join(" "));
+        }
+        serde_json::from_slice(&out.stdout).context("parsing replay-once output")
+    }
+
+    fn load(
+        &self,
+        proxy: Option<std::net::SocketAddr>,
+        w: &str,
+        rate: f64,
+        window: Duration,
+        seed: u64,
+    ) -> Result<LoadRun> {
+        self.heal();
+        let exe = std::env::current_exe()?;
+        let mut cmd = self.bed.command(Node::Client, &exe.display().to_string());
+        cmd.args(["load-once", "--workloads-dir"])
+            .arg(self.workloads_dir)
+            .args([
+                "--workload",
+                w,
+                "--rate",
+                &format!("{rate}"),
+                "--window-ms",
+                &window.as_millis().to_string(),
+            ])
+            .args(["--seed", &seed.to_string()]);
+        if let Some(p) = proxy {
+            cmd.args(["--proxy", &p.to_string()]);
+        }
+        for (h, a) in &self.site.hosts {
+            cmd.args(["--resolve", &format!("{h}={a}")]);
+        }
+        cmd.env("RUST_BACKTRACE", "0");
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .context("running load-once")?;
+        if !out.status.success() {
+            bail!("load-once: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        serde_json::from_slice(&out.stdout).context("parsing load-once output")
+    }
+
+    fn chromium(
+        &self,
+        proxy: Option<std::net::SocketAddr>,
+        w: &Workload,
+        scheme: &str,
+    ) -> Result<f64> {
+        self.heal();
+        let n = self.counter.get();
+        self.counter.set(n + 1);
+        let profile = self.tmp.join(format!("chromium-{n}"));
+        std::fs::create_dir_all(&profile)?;
+        let resolve: Vec<(String, IpAddr)> = self.site.hosts.clone();
+        let spki = (scheme == "https").then_some(self.site.spki_sha256.as_str());
+        let args = chromium::args(&w.url(scheme, 0), &profile, proxy, &resolve, spki);
+        let mut cmd = self.bed.command(Node::Client, "timeout");
+        cmd.arg(format!("{}", chromium::DEFAULT_TIMEOUT.as_secs() + 10))
+            .arg("chromium")
+            .args(args);
+        cmd.env("HOME", &profile).stdin(Stdio::null());
+        let r = chromium::run(cmd);
+        let _ = std::fs::remove_dir_all(&profile);
+        r
+    }
+}
+
+fn start_nginx(bed: &dyn Bed, site: &Site) -> Result<Child> {
+    let log = std::fs::File::create(site.dir.join("nginx-stderr.log"))?;
+    bed.command(Node::Origin, "nginx")
+        .args(site.nginx_args())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting nginx in the origin namespace")
+}
+
+struct Nginx(Child);
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `suite`; returns every row (ratios filled in) and the load points.
+pub fn run_suite(suite: &Suite, cx: &RunContext) -> Result<Outcome> {
+    let mut rows = Vec::new();
+    let mut load = Vec::new();
+    for profile in &suite.profiles {
+        let dir = cx.out.join(profile);
+        std::fs::create_dir_all(&dir)?;
+        (cx.log)(&format!("== profile {profile}: bringing the bed up"));
+        let bed = (cx.open_bed)(profile)?;
+        let o = run_profile(suite, cx, bed.as_ref(), &dir)?;
+        rows.extend(o.rows);
+        load.extend(o.load);
+    }
+    crate::results::fill_ratios(&mut rows);
+    crate::results::sort(&mut rows);
+    Ok(Outcome { rows, load })
+}
+
+fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Result<Outcome> {
+    let link = bed.link();
+    let profile = link.profile.clone();
+    // Every workload and what a mixed load is made of.
+    let mut all: Vec<Workload> = Vec::new();
+    let mut want: Vec<String> = suite.workloads.clone();
+    for id in &suite.workloads {
+        let w = Workload::load(&cx.workloads_dir, id)?;
+        if let Some(m) = &w.mixed {
+            want.push(m.page.clone());
+            want.push(m.background.clone());
+        }
+    }
+    for id in want {
+        if all.iter().all(|w| w.id != id) {
+            all.push(Workload::load(&cx.workloads_dir, &id)?);
+        }
+    }
+    let site = Site::prepare(&dir.join("origin"), &all)?;
+    for (_, a) in &site.hosts {
+        bed.add_origin_address(*a)?;
+    }
+    bed.set_hosts(&site.hosts)?;
+    let _nginx = Nginx(start_nginx(bed, &site)?);
+    let tr = Trialer {
+        bed,
+        site: &site,
+        workloads_dir: &cx.workloads_dir,
+        tmp: dir.join("tmp"),
+        counter: 0.into(),
+    };
+    let probe_w = all
+        .iter()
+        .find(|w| w.mixed.is_none() && w.id != "bulk")
+        .map(|w| w.id.clone());
+    let probe_w = probe_w.unwrap_or_else(|| all[0].id.clone());
+
+    let mut remotes = Vec::new();
+    for c in systems::CONGESTION {
+        if suite
+            .systems
+            .iter()
+            .any(|s| s.id == "longhaul-tcp" && s.params.congestion.as_deref().unwrap_or("bbr") == c)
+        {
+            remotes.push(systems::start_longhaul_remote(bed, dir, c)?);
+        }
+    }
+    let mut rows = Vec::new();
+    let mut running: Vec<Running> = Vec::new();
+    let mut lh = 0;
+    for spec in &suite.systems {
+        if spec.unsupported("http").is_some() {
+            continue;
+        }
+        let k = if spec.id == "longhaul-tcp" {
+            lh += 1;
+            lh - 1
+        } else {
+            0
+        };
+        let started = systems::start(bed, dir, spec, k, &site.hosts).and_then(|mut r| {
+            // Warm-up load (discarded): the system is ready when a page loads through it.
+            let proxy = r.proxy;
+            systems::wait_ready(&mut r, || tr.replay(proxy, &probe_w, "http").map(|_| ()))?;
+            Ok(r)
+        });
+        match started {
+            Ok(r) => {
+                (cx.log)(&format!("   started {}", spec.label()));
+                running.push(r);
+            }
+            Err(e) => {
+                (cx.log)(&format!("   could not start {}: {e:#}", spec.label()));
+                for w in &suite.workloads {
+                    for c in &suite.clients {
+                        for s in &suite.schemes {
+                            let mut row = Row::skipped(
+                                &profile,
+                                w,
+                                c,
+                                &spec.id,
+                                s,
+                                &format!("did not start: {e:#}"),
+                            );
+                            row.params = spec.params.clone();
+                            rows.push(row);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let trials = dir.join("trials.jsonl");
+    let link_model = LinkModel {
+        rtt_ms: link.rtt_ms,
+        rate_bps: link.rate_bps,
+    };
+    let mut cell = 0u64;
+    for wid in &suite.workloads {
+        let w = all.iter().find(|w| &w.id == wid).expect("loaded").clone();
+        for client in &suite.clients {
+            if client == "chromium"
+                && (!suite.chromium_workloads.contains(wid)
+                    || w.objects.is_empty()
+                    || wid == "bulk")
+            {
+                continue;
+            }
+            for scheme in &suite.schemes {
+                if client == "chromium" && !suite.chromium_schemes.contains(scheme) {
+                    continue;
+                }
+                cell += 1;
+                let floor_w = match &w.mixed {
+                    Some(m) => all.iter().find(|x| x.id == m.page).cloned(),
+                    None => Some(w.clone()),
+                };
+                if let Some(f) = floor_w
+                    .as_ref()
+                    .and_then(|fw| floor::floor_ms(fw, &link_model))
+                {
+                    if w.mixed.is_none() {
+                        rows.push(Row::floor(&profile, wid, client, scheme, f));
+                    }
+                }
+                for spec in &suite.systems {
+                    if let Some(why) = spec.unsupported(scheme) {
+                        let mut row = Row::skipped(&profile, wid, client, &spec.id, scheme, why);
+                        row.params = spec.params.clone();
+                        rows.push(row);
+                    }
+                }
+                let active: Vec<&mut Running> = running
+                    .iter_mut()
+                    .filter(|r| r.spec.unsupported(scheme).is_none())
+                    .collect();
+                let mut samples: Vec<Vec<f64>> = vec![Vec::new(); active.len()];
+                let mut errors: Vec<Vec<String>> = vec![Vec::new(); active.len()];
+                let order = shuffled_order(
+                    active.len(),
+                    suite.runs,
+                    suite.seed.wrapping_mul(1000).wrapping_add(cell),
+                );
+                (cx.log)(&format!(
+                    "   {wid} {client} {scheme}: {} systems x {} runs",
+                    active.len(),
+                    suite.runs
+                ));
+                for rep in &order {
+                    for &i in rep {
+                        let sys = &active[i];
+                        let r = match client.as_str() {
+                            "replay" => tr.replay(sys.proxy, wid, scheme).map(|p| {
+                                // Per-object times of every replay load, for later reading.
+                                let line = serde_json::json!({
+                                    "workload": wid, "system": sys.spec.id, "params": sys.spec.params,
+                                    "scheme": scheme, "load": p,
+                                });
+                                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&trials) {
+                                    use std::io::Write as _;
+                                    let _ = writeln!(f, "{line}");
+                                }
+                                p.plt_ms
+                            }),
+                            "chromium" => tr.chromium(sys.proxy, &w, scheme),
+                            other => Err(anyhow::anyhow!("unknown client {other}")),
+                        };
+                        match r {
+                            Ok(v) => samples[i].push(v),
+                            Err(e) => errors[i].push(format!("{e:#}")),
+                        }
+                        std::thread::sleep(suite.gap);
+                    }
+                }
+                for (i, sys) in active.iter().enumerate() {
+                    let row = Row::measured(
+                        &profile,
+                        wid,
+                        client,
+                        &sys.spec.id,
+                        sys.spec.params.clone(),
+                        scheme,
+                        std::mem::take(&mut samples[i]),
+                        std::mem::take(&mut errors[i]),
+                    );
+                    (cx.log)(&format!(
+                        "      {:<44} median {:>8} ms  p95 {:>8} ms  ({} ok, {} failed)",
+                        sys.spec.label(),
+                        row.plt_ms_median
+                            .map(|v| format!("{v:.0}"))
+                            .unwrap_or_else(|| "-".into()),
+                        row.plt_ms_p95
+                            .map(|v| format!("{v:.0}"))
+                            .unwrap_or_else(|| "-".into()),
+                        row.runs,
+                        row.failures
+                    ));
+                    rows.push(row);
+                }
+            }
+        }
+    }
+    if !suite.initcwnds.is_empty() {
+        rows.extend(initcwnd_sweep(suite, cx, bed, &tr, &profile)?);
+    }
+    let mut load = Vec::new();
+    if !suite.load_fractions.is_empty() {
+        let wid = if all.iter().any(|w| w.id == "yahoo") {
+            "yahoo"
+        } else {
+            probe_w.as_str()
+        };
+        let w = all.iter().find(|w| w.id == wid).expect("loaded");
+        (cx.log)(&format!(
+            "   offered load on {wid} (replay, http), {:?} per point",
+            suite.load_window
+        ));
+        for sys in &running {
+            let p = &sys.spec.params;
+            let main_variant = suite
+                .systems
+                .iter()
+                .find(|s| s.id == sys.spec.id)
+                .map(|s| &s.params);
+            // The pool-size variants (seed 001 draws one line per number of connections).
+            if sys.spec.id == "longhaul-tcp"
+                && (p.congestion != main_variant.and_then(|m| m.congestion.clone())
+                    || p.policy != main_variant.and_then(|m| m.policy.clone()))
+            {
+                continue;
+            }
+            for (k, f) in suite.load_fractions.iter().enumerate() {
+                let rate = crate::load::rate_for(w, f * link.rate_bps / 1e6);
+                let seed = suite.seed.wrapping_add(k as u64);
+                match tr.load(sys.proxy, wid, rate, suite.load_window, seed) {
+                    Ok(r) => {
+                        let pt = LoadPoint {
+                            profile: profile.clone(),
+                            system: sys.spec.label(),
+                            workload: wid.into(),
+                            offered_mbit: r.offered_mbit,
+                            carried_mbit: r.carried_mbit,
+                            pages: r.pages,
+                            failures: r.failures,
+                            plt_ms_median: crate::stats::median(&r.plt_ms),
+                        };
+                        (cx.log)(&format!(
+                            "      {:<40} offered {:>7.1} carried {:>7.1} Mbit/s, {} pages, {} failed",
+                            pt.system, pt.offered_mbit, pt.carried_mbit, pt.pages, pt.failures
+                        ));
+                        load.push(pt);
+                    }
+                    Err(e) => (cx.log)(&format!("      {} at {f}: {e:#}", sys.spec.label())),
+                }
+                std::thread::sleep(suite.gap);
+            }
+        }
+    }
+    Ok(Outcome { rows, load })
+}
+
+/// Seed 000 Table 1: the Yahoo page direct, with the origin's initial window set per step.
+fn initcwnd_sweep(
+    suite: &Suite,
+    cx: &RunContext,
+    bed: &dyn Bed,
+    tr: &Trialer,
+    profile: &str,
+) -> Result<Vec<Row>> {
+    let wid = if suite.workloads.iter().any(|w| w == "yahoo") {
+        "yahoo"
+    } else {
+        suite.workloads[0].as_str()
+    };
+    let mut rows = Vec::new();
+    (cx.log)(&format!(
+        "   initial-window sweep on {wid} (direct, replay, http)"
+    ));
+    let order = shuffled_order(suite.initcwnds.len(), suite.runs, suite.seed ^ 0x1c);
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); suite.initcwnds.len()];
+    let mut errors: Vec<Vec<String>> = vec![Vec::new(); suite.initcwnds.len()];
+    for rep in &order {
+        for &i in rep {
+            bed.set_initcwnd(Node::Origin, suite.initcwnds[i])?;
+            match tr.replay(None, wid, "http") {
+                Ok(p) => samples[i].push(p.plt_ms),
+                Err(e) => errors[i].push(format!("{e:#}")),
+            }
+            std::thread::sleep(suite.gap);
+        }
+    }
+    bed.set_initcwnd(Node::Origin, LINUX_INITCWND)?;
+    for (i, iw) in suite.initcwnds.iter().enumerate() {
+        let params = Params {
+            initcwnd: Some(*iw),
+            ..Params::default()
+        };
+        let row = Row::measured(
+            profile,
+            wid,
+            "replay",
+            "direct",
+            params,
+            "http",
+            std::mem::take(&mut samples[i]),
+            std::mem::take(&mut errors[i]),
+        );
+        (cx.log)(&format!(
+            "      iw={iw:<3} median {:?} ms",
+            row.plt_ms_median.map(|v| v.round())
+        ));
+        rows.push(row);
+    }
+    Ok(rows)
+}

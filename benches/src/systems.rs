@@ -1,0 +1,617 @@
+//! The systems compared, their configuration files and their processes in the test bed.
+//!
+//! - `direct`: the client talks to the origins across the long link.
+//! - `single-proxy`: one Squid in the edge namespace, no parent (seed 001's "NZ only proxy").
+//! - `squid-chain`: Squid child in the edge namespace → Squid parent in the remote namespace.
+//!   The child keeps `standby` warm connections to its parent (Squid's own connection pool).
+//! - `haproxy-h2`: HAProxy in the edge namespace → HTTP/2 (one multiplexed connection) → HAProxy
+//!   in the remote namespace, which routes on the Host header. Plain HTTP only: HAProxy is not a
+//!   CONNECT forward proxy.
+//! - `longhaul-tcp`: longhaul's edge-proxy (edge) and remote-proxy (remote) over a TCP pool.
+//! - `longhaul-quic`: reserved; not built yet.
+//!
+//! Origin-facing idle connections of the peers expire after [`ORIGIN_IDLE_SECS`], and the
+//! runner leaves a longer gap between repetitions, so no system carries warm origin connections
+//! from one page visit into the next; proxy-to-proxy connections stay warm, as in service.
+
+use crate::bed::{Bed, Node};
+use crate::results::Params;
+use anyhow::{bail, Context, Result};
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// Idle lifetime of a peer's connections to origins, in seconds.
+pub const ORIGIN_IDLE_SECS: u64 = 1;
+/// Warm connections a Squid child keeps open to its parent (cache_peer standby=).
+pub const SQUID_STANDBY: u32 = 10;
+/// How long a started system may take to accept connections.
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One system with its parameters, as a results row names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemSpec {
+    /// System id (see [`crate::results::SYSTEMS`]).
+    pub id: String,
+    /// Parameters (longhaul's pool).
+    pub params: Params,
+}
+
+impl SystemSpec {
+    /// A system without parameters.
+    pub fn plain(id: &str) -> SystemSpec {
+        SystemSpec {
+            id: id.into(),
+            params: Params::default(),
+        }
+    }
+
+    /// A longhaul-tcp variant.
+    pub fn longhaul(pool: u32, congestion: &str, policy: &str) -> SystemSpec {
+        SystemSpec {
+            id: "longhaul-tcp".into(),
+            params: Params {
+                pool_size: Some(pool),
+                congestion: Some(congestion.into()),
+                policy: Some(policy.into()),
+                initcwnd: None,
+            },
+        }
+    }
+
+    /// Display label (`longhaul-tcp N=10 bbr least-outstanding`).
+    pub fn label(&self) -> String {
+        let p = self.params.label();
+        if p.is_empty() {
+            self.id.clone()
+        } else {
+            format!("{} {p}", self.id)
+        }
+    }
+
+    /// Why this system cannot carry `scheme`, if it cannot.
+    pub fn unsupported(&self, scheme: &str) -> Option<&'static str> {
+        match (self.id.as_str(), scheme) {
+            ("longhaul-quic", _) => Some("longhaul over QUIC is not built yet (system id reserved)"),
+            ("haproxy-h2", "https") => {
+                Some("HAProxy is not a CONNECT forward proxy, so the HTTP/2 chain carries plain HTTP only")
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A started system: its processes and the proxy address clients use.
+pub struct Running {
+    /// What runs.
+    pub spec: SystemSpec,
+    /// Forward proxy for clients, `None` for `direct`.
+    pub proxy: Option<SocketAddr>,
+    children: Vec<(String, Child)>,
+    pid_files: Vec<PathBuf>,
+}
+
+impl Running {
+    /// Checks the processes are still alive.
+    pub fn check_alive(&mut self) -> Result<()> {
+        for (name, c) in &mut self.children {
+            if let Some(st) = c.try_wait()? {
+                bail!("{name} of {} exited: {st}", self.spec.label());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for f in &self.pid_files {
+            if let Ok(pid) = std::fs::read_to_string(f) {
+                let pid = pid.trim();
+                if !pid.is_empty() && pid.chars().all(|c| c.is_ascii_digit()) {
+                    let _ = std::process::Command::new("kill").arg(pid).status();
+                }
+            }
+        }
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Addresses and ports of every system in the bed.
+#[derive(Debug, Clone)]
+pub struct Ports {
+    /// Squid without parent (edge).
+    pub single: u16,
+    /// Squid child (edge) and parent (remote).
+    pub squid_chain: u16,
+    /// HAProxy edge frontend.
+    pub haproxy_edge: u16,
+    /// HAProxy remote HTTP/2 frontend.
+    pub haproxy_remote: u16,
+    /// First edge-proxy port (one per longhaul variant).
+    pub longhaul_edge_base: u16,
+    /// remote-proxy listener.
+    pub longhaul_remote: u16,
+}
+
+/// The ports used in the test bed.
+pub const PORTS: Ports = Ports {
+    single: 3128,
+    squid_chain: 3129,
+    haproxy_edge: 3130,
+    haproxy_remote: 8443,
+    longhaul_edge_base: 3200,
+    longhaul_remote: 4443,
+};
+
+/// Writes a hosts file for the peers' resolvers.
+pub fn hosts_file(dir: &Path, hosts: &[(String, IpAddr)]) -> Result<PathBuf> {
+    let mut s = String::from("127.0.0.1 localhost\n");
+    for (h, a) in hosts {
+        let _ = writeln!(s, "{a} {h}");
+    }
+    let p = dir.join("hosts");
+    std::fs::write(&p, s)?;
+    Ok(p)
+}
+
+/// A Squid configuration. `parent` makes it a child forwarding everything to that parent.
+pub fn squid_conf(
+    dir: &Path,
+    listen: SocketAddr,
+    parent: Option<SocketAddr>,
+    hosts: &Path,
+) -> String {
+    let d = dir.display();
+    let mut s = format!(
+        "# generated by pageload\nhttp_port {listen}\npid_filename {d}/squid.pid\ncache_log {d}/cache.log\n\
+         access_log stdio:{d}/access.log\ncache deny all\ncache_mem 8 MB\nhttp_access allow all\n\
+         shutdown_lifetime 0 seconds\nhosts_file {}\ndns_nameservers 127.0.0.1\ncoredump_dir {d}\n\
+         via off\nforwarded_for delete\nclient_idle_pconn_timeout 2 minutes\n\
+         logfile_rotate 0\nmax_filedescriptors 8192\n",
+        hosts.display()
+    );
+    match parent {
+        Some(p) => {
+            let _ = writeln!(
+                s,
+                "cache_peer {} parent {} 0 no-query no-digest no-netdb-exchange default standby={SQUID_STANDBY}\n\
+                 never_direct allow all\nserver_idle_pconn_timeout 2 minutes",
+                p.ip(),
+                p.port()
+            );
+        }
+        None => {
+            let _ = writeln!(s, "server_idle_pconn_timeout {ORIGIN_IDLE_SECS} second");
+        }
+    }
+    s
+}
+
+/// HTTP/2 stream window HAProxy is given on a link: two bandwidth-delay products (the default
+/// 65 535 bytes would cap one stream at 64 KB per round trip), at least the protocol default.
+pub fn h2_window(link: &crate::bed::LinkInfo) -> u64 {
+    let bdp = link.rate_bps * link.long_rtt_ms / 1000.0 / 8.0;
+    ((2.0 * bdp) as u64).clamp(65_535, (1 << 31) - 1)
+}
+
+/// HAProxy near side: HTTP/1.1 forward-proxy requests in, one HTTP/2 connection to the far side.
+pub fn haproxy_edge_conf(
+    dir: &Path,
+    listen: SocketAddr,
+    remote: SocketAddr,
+    window: u64,
+) -> String {
+    format!(
+        "# generated by pageload\nglobal\n  pidfile {d}/haproxy.pid\n  maxconn 4000\n\
+         \x20 tune.h2.initial-window-size {window}\n\
+         defaults\n  mode http\n  timeout connect 10s\n  timeout client 120s\n  timeout server 120s\n\
+         \x20 timeout http-keep-alive 120s\n  option http-keep-alive\n\
+         frontend fe\n  bind {listen}\n  default_backend far\n\
+         backend far\n  http-reuse always\n  server far {remote} proto h2\n",
+        d = dir.display()
+    )
+}
+
+/// HAProxy far side: HTTP/2 in, one backend per origin host name chosen by the Host header.
+pub fn haproxy_remote_conf(
+    dir: &Path,
+    listen: SocketAddr,
+    hosts: &[(String, IpAddr)],
+    window: u64,
+) -> String {
+    let mut s = format!(
+        "# generated by pageload\nglobal\n  pidfile {d}/haproxy.pid\n  maxconn 4000\n\
+         \x20 tune.h2.initial-window-size {window}\n\
+         defaults\n  mode http\n  timeout connect 10s\n  timeout client 120s\n  timeout server 120s\n\
+         \x20 timeout http-keep-alive 120s\n  option http-keep-alive\n\
+         frontend fe\n  bind {listen} proto h2\n  use_backend %[req.hdr(host),lower,field(1,:)]\n",
+        d = dir.display()
+    );
+    for (h, a) in hosts {
+        let _ = writeln!(
+            s,
+            "backend {h}\n  server o {a}:80 pool-purge-delay {ORIGIN_IDLE_SECS}s"
+        );
+    }
+    s
+}
+
+/// Where the longhaul binaries are: next to the running executable (same target directory),
+/// or in `$LONGHAUL_BIN_DIR`.
+pub fn longhaul_bin(name: &str) -> Result<PathBuf> {
+    let dir = match std::env::var_os("LONGHAUL_BIN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => std::env::current_exe()?
+            .parent()
+            .context("executable has no directory")?
+            .to_path_buf(),
+    };
+    let p = dir.join(name);
+    if !p.is_file() {
+        bail!(
+            "{} not found: build it first (cargo build --release -p edge-proxy -p remote-proxy) \
+             or set LONGHAUL_BIN_DIR",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+fn spawn(bed: &dyn Bed, node: Node, program: &str, args: &[String], log: &Path) -> Result<Child> {
+    let out = std::fs::File::create(log)?;
+    let err = out.try_clone()?;
+    bed.command(node, program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("starting {program} in {node:?}"))
+}
+
+fn own_dir(base: &Path, name: &str) -> Result<PathBuf> {
+    let d = base.join(name);
+    std::fs::create_dir_all(&d)?;
+    // Squid drops to its own user: let it write its logs.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777))?;
+    Ok(d)
+}
+
+fn start_squid(
+    bed: &dyn Bed,
+    node: Node,
+    dir: &Path,
+    listen: SocketAddr,
+    parent: Option<SocketAddr>,
+    hosts: &[(String, IpAddr)],
+) -> Result<(Child, PathBuf)> {
+    let hf = hosts_file(dir, hosts)?;
+    let conf = dir.join("squid.conf");
+    std::fs::write(&conf, squid_conf(dir, listen, parent, &hf))?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().replace(['.', '-'], ""))
+        .unwrap_or_default();
+    let args = vec![
+        "-N".into(),
+        "-n".into(),
+        name,
+        "-f".into(),
+        conf.display().to_string(),
+    ];
+    let child = spawn(bed, node, "squid", &args, &dir.join("stderr.log"))?;
+    Ok((child, dir.join("squid.pid")))
+}
+
+fn start_haproxy(
+    bed: &dyn Bed,
+    node: Node,
+    dir: &Path,
+    conf_text: String,
+) -> Result<(Child, PathBuf)> {
+    let conf = dir.join("haproxy.cfg");
+    std::fs::write(&conf, conf_text)?;
+    let args = vec!["-db".into(), "-f".into(), conf.display().to_string()];
+    let child = spawn(bed, node, "haproxy", &args, &dir.join("stderr.log"))?;
+    Ok((child, dir.join("haproxy.pid")))
+}
+
+/// Shared pieces the longhaul variants use: one remote-proxy serves every edge-proxy variant.
+pub struct LonghaulRemote {
+    child: Child,
+}
+
+impl Drop for LonghaulRemote {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Congestion controls the remote-proxies are started with; the remote for `CONGESTION[i]`
+/// listens on `PORTS.longhaul_remote + i` (the far side sends most bytes, so each congestion
+/// control gets its own remote-proxy).
+pub const CONGESTION: [&str; 3] = ["bbr", "cubic", "reno"];
+
+/// Port of the remote-proxy running `congestion`.
+pub fn longhaul_remote_port(congestion: &str) -> Result<u16> {
+    let i = CONGESTION
+        .iter()
+        .position(|c| *c == congestion)
+        .with_context(|| {
+            format!("unknown congestion control {congestion:?} (one of {CONGESTION:?})")
+        })?;
+    Ok(PORTS.longhaul_remote + i as u16)
+}
+
+/// Starts longhaul's remote-proxy with `congestion` in the remote namespace.
+pub fn start_longhaul_remote(
+    bed: &dyn Bed,
+    dir: &Path,
+    congestion: &str,
+) -> Result<LonghaulRemote> {
+    let d = own_dir(dir, &format!("longhaul-remote-{congestion}"))?;
+    let link = bed.link();
+    let listen = SocketAddr::new(bed.addr(Node::Remote), longhaul_remote_port(congestion)?);
+    let bin = longhaul_bin("remote-proxy")?;
+    // Same rule as the peers: origin connections do not stay warm from one visit to the next.
+    let conf = d.join("remote-proxy.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "# generated by pageload\norigin_idle_timeout_ms = {}\n",
+            ORIGIN_IDLE_SECS * 1000
+        ),
+    )?;
+    let args = vec![
+        "--config".into(),
+        conf.display().to_string(),
+        "--listen".into(),
+        listen.to_string(),
+        "--allow-private-targets".into(),
+        "--congestion".into(),
+        congestion.into(),
+        "--link-rtt-ms".into(),
+        format!("{:.0}", link.long_rtt_ms.max(1.0)),
+        "--link-rate-mbit".into(),
+        format!("{:.0}", (link.rate_bps / 1e6).max(1.0)),
+    ];
+    let child = spawn(
+        bed,
+        Node::Remote,
+        &bin.display().to_string(),
+        &args,
+        &d.join("stderr.log"),
+    )?;
+    Ok(LonghaulRemote { child })
+}
+
+/// Starts `spec` (variant number `k` among the longhaul variants) in `bed`; files under `dir`.
+pub fn start(
+    bed: &dyn Bed,
+    dir: &Path,
+    spec: &SystemSpec,
+    k: usize,
+    hosts: &[(String, IpAddr)],
+) -> Result<Running> {
+    let edge = bed.addr(Node::Edge);
+    let remote = bed.addr(Node::Remote);
+    let mut r = Running {
+        spec: spec.clone(),
+        proxy: None,
+        children: vec![],
+        pid_files: vec![],
+    };
+    match spec.id.as_str() {
+        "direct" => {}
+        "single-proxy" => {
+            let listen = SocketAddr::new(edge, PORTS.single);
+            let (c, p) = start_squid(
+                bed,
+                Node::Edge,
+                &own_dir(dir, "single-proxy")?,
+                listen,
+                None,
+                hosts,
+            )?;
+            r.children.push(("squid".into(), c));
+            r.pid_files.push(p);
+            r.proxy = Some(listen);
+        }
+        "squid-chain" => {
+            let parent = SocketAddr::new(remote, PORTS.squid_chain);
+            let (c, p) = start_squid(
+                bed,
+                Node::Remote,
+                &own_dir(dir, "squid-parent")?,
+                parent,
+                None,
+                hosts,
+            )?;
+            r.children.push(("squid parent".into(), c));
+            r.pid_files.push(p);
+            let listen = SocketAddr::new(edge, PORTS.squid_chain);
+            let (c, p) = start_squid(
+                bed,
+                Node::Edge,
+                &own_dir(dir, "squid-child")?,
+                listen,
+                Some(parent),
+                hosts,
+            )?;
+            r.children.push(("squid child".into(), c));
+            r.pid_files.push(p);
+            r.proxy = Some(listen);
+        }
+        "haproxy-h2" => {
+            let far = SocketAddr::new(remote, PORTS.haproxy_remote);
+            let d = own_dir(dir, "haproxy-remote")?;
+            let (c, p) = start_haproxy(
+                bed,
+                Node::Remote,
+                &d,
+                haproxy_remote_conf(&d, far, hosts, h2_window(&bed.link())),
+            )?;
+            r.children.push(("haproxy remote".into(), c));
+            r.pid_files.push(p);
+            let listen = SocketAddr::new(edge, PORTS.haproxy_edge);
+            let d = own_dir(dir, "haproxy-edge")?;
+            let (c, p) = start_haproxy(
+                bed,
+                Node::Edge,
+                &d,
+                haproxy_edge_conf(&d, listen, far, h2_window(&bed.link())),
+            )?;
+            r.children.push(("haproxy edge".into(), c));
+            r.pid_files.push(p);
+            r.proxy = Some(listen);
+        }
+        "longhaul-tcp" => {
+            let listen = SocketAddr::new(edge, PORTS.longhaul_edge_base + k as u16);
+            let d = own_dir(dir, &format!("longhaul-edge-{k}"))?;
+            let link = bed.link();
+            let p = &spec.params;
+            let args = vec![
+                "--listen".into(),
+                listen.to_string(),
+                "--remote".into(),
+                SocketAddr::new(
+                    remote,
+                    longhaul_remote_port(p.congestion.as_deref().unwrap_or("bbr"))?,
+                )
+                .to_string(),
+                "--connections".into(),
+                p.pool_size.unwrap_or(10).to_string(),
+                "--policy".into(),
+                p.policy
+                    .clone()
+                    .unwrap_or_else(|| "least-outstanding".into()),
+                "--congestion".into(),
+                p.congestion.clone().unwrap_or_else(|| "bbr".into()),
+                "--link-rtt-ms".into(),
+                format!("{:.0}", link.long_rtt_ms.max(1.0)),
+                "--link-rate-mbit".into(),
+                format!("{:.0}", (link.rate_bps / 1e6).max(1.0)),
+            ];
+            let bin = longhaul_bin("edge-proxy")?;
+            let c = spawn(
+                bed,
+                Node::Edge,
+                &bin.display().to_string(),
+                &args,
+                &d.join("stderr.log"),
+            )?;
+            r.children.push(("edge-proxy".into(), c));
+            r.proxy = Some(listen);
+        }
+        other => bail!("system {other} cannot be started"),
+    }
+    Ok(r)
+}
+
+/// Waits until `probe` succeeds (a page load through the system), up to [`START_TIMEOUT`].
+pub fn wait_ready(r: &mut Running, mut probe: impl FnMut() -> Result<()>) -> Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        r.check_alive()?;
+        match probe() {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(e.context(format!(
+                    "{} not ready within {START_TIMEOUT:?}",
+                    r.spec.label()
+                )))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(300)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn squid_child_forwards_everything_to_its_parent() {
+        let d = Path::new("/run/x");
+        let c = squid_conf(
+            d,
+            "10.77.1.1:3129".parse().unwrap(),
+            Some("10.77.2.2:3129".parse().unwrap()),
+            Path::new("/run/x/hosts"),
+        );
+        assert!(c.contains("cache_peer 10.77.2.2 parent 3129 0"));
+        assert!(c.contains("never_direct allow all"));
+        assert!(c.contains("http_port 10.77.1.1:3129"));
+        let s = squid_conf(
+            d,
+            "10.77.1.1:3128".parse().unwrap(),
+            None,
+            Path::new("/run/x/hosts"),
+        );
+        assert!(!s.contains("cache_peer"));
+        assert!(s.contains("server_idle_pconn_timeout 1 second"));
+    }
+
+    #[test]
+    fn haproxy_chain_speaks_h2_between_the_halves() {
+        let d = Path::new("/run/x");
+        let e = haproxy_edge_conf(
+            d,
+            "10.77.1.1:3130".parse().unwrap(),
+            "10.77.2.2:8443".parse().unwrap(),
+            3_250_000,
+        );
+        assert!(e.contains("server far 10.77.2.2:8443 proto h2"));
+        assert!(e.contains("tune.h2.initial-window-size 3250000"));
+        let r = haproxy_remote_conf(
+            d,
+            "10.77.2.2:8443".parse().unwrap(),
+            &[("www.google.test".into(), "10.77.3.10".parse().unwrap())],
+            3_250_000,
+        );
+        assert!(r.contains("bind 10.77.2.2:8443 proto h2"));
+        assert!(r.contains("backend www.google.test\n  server o 10.77.3.10:80"));
+    }
+
+    #[test]
+    fn h2_window_is_two_bdp_of_the_long_link() {
+        let link = crate::bed::LinkInfo {
+            profile: "pacific".into(),
+            rtt_ms: 150.0,
+            long_rtt_ms: 130.0,
+            rate_bps: 100e6,
+        };
+        // 100 Mbit/s x 130 ms = 1 625 000 bytes.
+        assert_eq!(h2_window(&link), 3_250_000);
+        let veth = crate::bed::LinkInfo {
+            long_rtt_ms: 0.0,
+            ..link
+        };
+        assert_eq!(h2_window(&veth), 65_535);
+    }
+
+    #[test]
+    fn unsupported_combinations_say_why() {
+        assert!(SystemSpec::plain("longhaul-quic")
+            .unsupported("http")
+            .is_some());
+        assert!(SystemSpec::plain("haproxy-h2")
+            .unsupported("https")
+            .is_some());
+        assert!(SystemSpec::plain("haproxy-h2")
+            .unsupported("http")
+            .is_none());
+        assert_eq!(
+            SystemSpec::longhaul(10, "bbr", "least-outstanding").label(),
+            "longhaul-tcp N=10 bbr least-outstanding"
+        );
+    }
+}

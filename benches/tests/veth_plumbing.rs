@@ -1,0 +1,86 @@
+//! Plumbing check of the `pageload` runner: four namespaces joined by plain veth pairs (no
+//! emulated link), nginx at the origin, Squid in the edge namespace, the replay client over HTTP
+//! and HTTPS. Asserts that every repetition loads, that results.json has the schema and that the
+//! floor is labelled computed. Timings on veth mean nothing and are not asserted.
+//!
+//! Needs root (network namespaces), nginx and squid; skips loudly otherwise, and fails instead of
+//! skipping when LONGHAUL_REQUIRE_NETNS=1.
+
+use std::process::Command;
+
+fn skip(why: &str) {
+    if std::env::var("LONGHAUL_REQUIRE_NETNS").as_deref() == Ok("1") {
+        panic!("LONGHAUL_REQUIRE_NETNS=1 but {why}");
+    }
+    eprintln!("SKIP veth_plumbing: {why}");
+}
+
+fn have(program: &str) -> bool {
+    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .any(|d| std::path::Path::new(d).join(program).exists())
+}
+
+#[test]
+fn quick_slice_runs_end_to_end_on_veth() {
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if uid.ok().as_deref() != Some("0") {
+        return skip("not root (network namespaces need CAP_NET_ADMIN)");
+    }
+    for p in ["nginx", "squid", "ip"] {
+        if !have(p) {
+            return skip(&format!("{p} is not installed (scripts/install-deps)"));
+        }
+    }
+    let out = std::env::temp_dir().join(format!("longhaul-veth-plumbing-{}", std::process::id()));
+    let st = Command::new(env!("CARGO_BIN_EXE_pageload"))
+        .args([
+            "quick",
+            "--bed",
+            "veth",
+            "--systems",
+            "direct,single-proxy",
+            "--workloads",
+            "google",
+        ])
+        .args([
+            "--clients",
+            "replay",
+            "--schemes",
+            "http,https",
+            "--runs",
+            "2",
+            "--gap-ms",
+            "0",
+            "--out",
+        ])
+        .arg(&out)
+        .status()
+        .expect("running pageload");
+    assert!(st.success(), "pageload failed: {st}");
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let rows = rows.as_array().unwrap();
+    for scheme in ["http", "https"] {
+        for system in ["direct", "single-proxy"] {
+            let r = rows
+                .iter()
+                .find(|r| r["system"] == system && r["scheme"] == scheme)
+                .unwrap_or_else(|| panic!("no row for {system} {scheme}"));
+            assert_eq!(r["runs"], 2, "{r}");
+            assert_eq!(r["failures"], 0, "{r}");
+            assert!(r["plt_ms_median"].as_f64().unwrap() > 0.0);
+            assert!(r["ratio_to_direct"].as_f64().is_some());
+        }
+        let f = rows
+            .iter()
+            .find(|r| r["system"] == "floor" && r["scheme"] == scheme)
+            .unwrap();
+        assert_eq!(f["measured"], false);
+    }
+    assert!(out.join("summary.md").is_file());
+    std::fs::remove_dir_all(&out).unwrap();
+}
