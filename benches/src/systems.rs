@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Idle lifetime of a peer's connections to origins, in seconds.
@@ -275,6 +275,26 @@ fn spawn(bed: &dyn Bed, node: Node, program: &str, args: &[String], log: &Path) 
         .with_context(|| format!("starting {program} in {node:?}"))
 }
 
+/// The pool's mutual-TLS files for this run (made once with `edge-proxy gen-keys`): longhaul
+/// is measured as it is deployed, with TLS 1.3 between the proxies.
+fn longhaul_keys(base: &Path) -> Result<PathBuf> {
+    let d = base.join("longhaul-keys");
+    if !d.join("remote.pem").exists() {
+        let out = Command::new(longhaul_bin("edge-proxy")?)
+            .arg("gen-keys")
+            .arg("--out")
+            .arg(&d)
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "edge-proxy gen-keys failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+    }
+    Ok(d)
+}
+
 fn own_dir(base: &Path, name: &str) -> Result<PathBuf> {
     let d = base.join(name);
     std::fs::create_dir_all(&d)?;
@@ -375,6 +395,8 @@ pub fn start_longhaul_remote(
         conf.display().to_string(),
         "--listen".into(),
         listen.to_string(),
+        "--tls-dir".into(),
+        longhaul_keys(dir)?.display().to_string(),
         "--allow-private-targets".into(),
         "--congestion".into(),
         congestion.into(),
@@ -481,6 +503,8 @@ pub fn start(
             let args = vec![
                 "--listen".into(),
                 listen.to_string(),
+                "--tls-dir".into(),
+                longhaul_keys(dir)?.display().to_string(),
                 "--remote".into(),
                 SocketAddr::new(
                     remote,
