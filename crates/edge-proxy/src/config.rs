@@ -271,6 +271,8 @@ pub struct EdgeConfig {
     pub pool: PoolSection,
     /// Interception; absent = off.
     pub transparent: Option<TransparentConfig>,
+    /// Prometheus `/metrics` endpoint (`[metrics]`); off by default.
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 impl Default for EdgeConfig {
@@ -293,6 +295,7 @@ impl Default for EdgeConfig {
             link: LinkConfig::default(),
             pool: PoolSection::default(),
             transparent: None,
+            metrics: crate::metrics::MetricsConfig::default(),
         }
     }
 }

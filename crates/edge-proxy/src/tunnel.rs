@@ -45,6 +45,7 @@ pub(crate) async fn connect<T: Transport>(
             bytes_up: 0,
             bytes_down: 0,
             duration: started.elapsed(),
+            ttfb: None,
             outcome: err.tag(),
             detail: &err.to_string(),
         });
@@ -145,6 +146,7 @@ pub(crate) async fn connect<T: Transport>(
                     bytes_up: 0,
                     bytes_down: 0,
                     duration: started.elapsed(),
+                    ttfb: None,
                     outcome: "refused-by-far-side",
                     detail: &out.reason,
                 });
@@ -220,6 +222,7 @@ fn log_tunnel(
         bytes_up: up,
         bytes_down: down,
         duration: started.elapsed(),
+        ttfb: None,
         outcome: if err.is_some() { "tunnel-failed" } else { "ok" },
         detail: &detail,
     });

@@ -59,6 +59,8 @@ pub struct RemoteConfig {
     /// allowed only on a loopback listen address (see [`RemoteConfig::requires_tls`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSection>,
+    /// Prometheus `/metrics` endpoint (`[metrics]`); off by default.
+    pub metrics: edge_proxy::metrics::MetricsConfig,
 }
 
 impl Default for RemoteConfig {
@@ -77,6 +79,7 @@ impl Default for RemoteConfig {
             log_format: LogFormat::Text,
             link: LinkConfig::default(),
             tls: None,
+            metrics: edge_proxy::metrics::MetricsConfig::default(),
         }
     }
 }
