@@ -18,6 +18,7 @@ pub mod config;
 pub mod errors;
 pub mod http1;
 pub mod keys;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod pool_transport;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use edge_proxy::client::ConnectReply;
 use edge_proxy::config::{
-    init_logging, load_toml, EdgeConfig, LogFormat, PolicyName, TlsSection, TransparentConfig,
+    load_toml, EdgeConfig, LogFormat, PolicyName, TlsSection, TransparentConfig,
 };
 use edge_proxy::pool_transport::{pool_config, start_pool, tls_client};
 use edge_proxy::server::{self, Interception, Listeners};
@@ -64,6 +64,10 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// Log level filter, e.g. `info` or `warn,access=info` (replaces `log_level`; `RUST_LOG`
+    /// wins over both).
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
     /// Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/edge.pem, DIR/edge.key,
     /// DIR/ca.pem); replaces the [pool.tls] file paths.
     #[arg(long, value_name = "DIR")]
@@ -135,6 +139,11 @@ fn load(args: &Args) -> anyhow::Result<EdgeConfig> {
     if let Some(v) = args.log_format {
         cfg.log_format = v;
     }
+    if let Some(v) = &args.log_level {
+        cfg.log_level = v.clone();
+    }
+    edge_proxy::logging::parse_level(&cfg.log_level)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     if let Some(v) = args.metrics_listen {
         cfg.metrics.listen = Some(v);
     }
@@ -186,8 +195,9 @@ async fn shutdown_signal() {
 /// and the configuration, logging which of its changes need a restart.
 async fn reload_on_sighup(
     tls: Option<Arc<pool::tls::TlsClient>>,
-    running: EdgeConfig,
+    mut running: EdgeConfig,
     reread: impl Fn() -> anyhow::Result<EdgeConfig>,
+    mut log: edge_proxy::logging::LogControl,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
@@ -197,10 +207,24 @@ async fn reload_on_sighup(
         edge_proxy::notify::reloading();
         match reread() {
             Ok(new) => {
+                let mut applied = false;
+                match log.apply(&new.log_level) {
+                    Ok(Some(what)) => {
+                        applied = true;
+                        tracing::info!("SIGHUP: {what} applied");
+                        running.log_level = new.log_level.clone();
+                    }
+                    Ok(None) if log.from_env() && new.log_level != running.log_level => {
+                        tracing::warn!("SIGHUP: RUST_LOG is set and wins over log_level");
+                        running.log_level = new.log_level.clone();
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("SIGHUP: {e}"),
+                }
                 let changed = edge_proxy::reload::changed_keys(&running, &new);
-                if changed.is_empty() {
+                if changed.is_empty() && !applied {
                     tracing::info!("SIGHUP: configuration unchanged");
-                } else {
+                } else if !changed.is_empty() {
                     tracing::warn!(
                         keys = ?changed,
                         "SIGHUP: configuration changed; these keys take effect after a restart"
@@ -227,6 +251,7 @@ async fn reload_on_sighup(
 async fn run(
     cfg: EdgeConfig,
     reread: impl Fn() -> anyhow::Result<EdgeConfig> + Send + 'static,
+    log: edge_proxy::logging::LogControl,
 ) -> anyhow::Result<()> {
     let proxy = TcpListener::bind(cfg.listen)
         .await
@@ -246,7 +271,7 @@ async fn run(
         edge_proxy::metrics::global()
             .add_pool(cfg.pool.remote.clone(), Arc::new(move || p.stats()));
     }
-    tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread));
+    tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread, log));
     tracing::info!(
         listen = %cfg.listen,
         transparent = ?cfg.transparent.as_ref().map(|t| t.listen),
@@ -314,7 +339,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    init_logging(cfg.log_format);
+    let log = edge_proxy::logging::init(cfg.log_format, &cfg.log_level);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -326,7 +351,7 @@ fn main() -> ExitCode {
         let args = args.clone();
         move || load(&args)
     };
-    match rt.block_on(run(cfg, reread)) {
+    match rt.block_on(run(cfg, reread, log)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

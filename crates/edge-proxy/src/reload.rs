@@ -2,7 +2,8 @@
 //!
 //! What it does: compares the running configuration with the one just re-read from disk and
 //! names the keys that differ ([`changed_keys`]), so the reload log says exactly what needs a
-//! restart. The key files behind `[pool.tls]` / `[tls]` are re-read by the TLS carrier itself
+//! restart. `log_level` is applied by the binaries through [`crate::logging::LogControl`]. The
+//! key files behind `[pool.tls]` / `[tls]` are re-read by the TLS carrier itself
 //! (new pool connections use them; established ones continue), so changing their contents
 //! needs no restart.
 //!

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use edge_proxy::config::{init_logging, load_toml, LogFormat, TlsSection};
+use edge_proxy::config::{load_toml, LogFormat, TlsSection};
 use pool::tls::TlsServer;
 use remote_proxy::config::RemoteConfig;
 use remote_proxy::handler::Ctx;
@@ -46,6 +46,10 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// Log level filter, e.g. `info` or `warn,access=info` (replaces `log_level`; `RUST_LOG`
+    /// wins over both).
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
     /// Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/remote.pem, DIR/remote.key,
     /// DIR/ca.pem); replaces the [tls] file paths.
     #[arg(long, value_name = "DIR")]
@@ -84,6 +88,11 @@ fn load(args: &Args) -> anyhow::Result<RemoteConfig> {
     if let Some(v) = args.log_format {
         cfg.log_format = v;
     }
+    if let Some(v) = &args.log_level {
+        cfg.log_level = v.clone();
+    }
+    edge_proxy::logging::parse_level(&cfg.log_level)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     if let Some(v) = args.metrics_listen {
         cfg.metrics.listen = Some(v);
     }
@@ -128,8 +137,9 @@ fn tls_server(cfg: &RemoteConfig) -> anyhow::Result<Option<Arc<TlsServer>>> {
 /// and the configuration, logging which of its changes need a restart.
 async fn reload_on_sighup(
     tls: Option<Arc<TlsServer>>,
-    running: RemoteConfig,
+    mut running: RemoteConfig,
     reread: impl Fn() -> anyhow::Result<RemoteConfig>,
+    mut log: edge_proxy::logging::LogControl,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
@@ -139,10 +149,24 @@ async fn reload_on_sighup(
         edge_proxy::notify::reloading();
         match reread() {
             Ok(new) => {
+                let mut applied = false;
+                match log.apply(&new.log_level) {
+                    Ok(Some(what)) => {
+                        applied = true;
+                        tracing::info!("SIGHUP: {what} applied");
+                        running.log_level = new.log_level.clone();
+                    }
+                    Ok(None) if log.from_env() && new.log_level != running.log_level => {
+                        tracing::warn!("SIGHUP: RUST_LOG is set and wins over log_level");
+                        running.log_level = new.log_level.clone();
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("SIGHUP: {e}"),
+                }
                 let changed = edge_proxy::reload::changed_keys(&running, &new);
-                if changed.is_empty() {
+                if changed.is_empty() && !applied {
                     tracing::info!("SIGHUP: configuration unchanged");
-                } else {
+                } else if !changed.is_empty() {
                     tracing::warn!(
                         keys = ?changed,
                         "SIGHUP: configuration changed; these keys take effect after a restart"
@@ -169,6 +193,7 @@ async fn reload_on_sighup(
 async fn run(
     cfg: RemoteConfig,
     reread: impl Fn() -> anyhow::Result<RemoteConfig> + Send + 'static,
+    log: edge_proxy::logging::LogControl,
 ) -> anyhow::Result<()> {
     let tls = tls_server(&cfg)?;
     let server = match &tls {
@@ -185,7 +210,7 @@ async fn run(
         edge_proxy::metrics::global().add_pool("edges", Arc::new(move || s.stats()));
     }
     let metrics = edge_proxy::metrics::start(&cfg.metrics).await?;
-    tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread));
+    tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread, log));
     let policy = cfg.policy();
     tracing::info!(
         listen = %server.local_addr(),
@@ -237,7 +262,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    init_logging(cfg.log_format);
+    let log = edge_proxy::logging::init(cfg.log_format, &cfg.log_level);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -249,7 +274,7 @@ fn main() -> ExitCode {
         let args = args.clone();
         move || load(&args)
     };
-    match rt.block_on(run(cfg, reread)) {
+    match rt.block_on(run(cfg, reread, log)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("remote-proxy: {e:#}");

@@ -520,3 +520,60 @@ echo via:; ip route show 10.8.1.1
         "{text}"
     );
 }
+
+#[test]
+fn sighup_applies_a_changed_log_level() {
+    let pair = start_pair("allow_private_targets = true\n", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("edge.toml");
+    std::fs::write(&toml, "log_level = \"warn\"\n").unwrap();
+    let edge_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let log = dir.path().join("edge.log");
+    let f = std::fs::File::create(&log).unwrap();
+    let child = Command::new(edge_bin())
+        .args(["--config", &toml.to_string_lossy(), "--listen"])
+        .arg(edge_addr.to_string())
+        .args(["--remote", &pair.remote_addr.to_string()])
+        .env_remove("RUST_LOG")
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .spawn()
+        .unwrap();
+    let edge = Proc {
+        child,
+        name: "edge-proxy".into(),
+        log,
+        term_first: false,
+    };
+    wait_port(edge_addr, Duration::from_secs(10));
+    let origin = keepalive_origin(b"hello");
+    let mut c = TcpStream::connect(edge_addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    get_on(&mut c, origin, 5);
+    // At warn, no access line (info) is written.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !edge.log_text().contains("status=200"),
+        "{}",
+        edge.log_text()
+    );
+
+    std::fs::write(&toml, "log_level = \"info\"\n").unwrap();
+    edge.signal("HUP");
+    wait_log(&edge, "log_level \"warn\" -> \"info\" applied", 1);
+    assert!(
+        !edge.log_text().contains("after a restart"),
+        "{}",
+        edge.log_text()
+    );
+    get_on(&mut c, origin, 5);
+    wait_log(&edge, "status=200", 1);
+
+    // An invalid filter is refused with the reason; the level in force stays.
+    std::fs::write(&toml, "log_level = \"info,=[\"\n").unwrap();
+    edge.signal("HUP");
+    wait_log(&edge, "configuration does not load", 1);
+    assert!(edge.log_text().contains("log_level"), "{}", edge.log_text());
+    get_on(&mut c, origin, 5);
+    wait_log(&edge, "status=200", 2);
+}
