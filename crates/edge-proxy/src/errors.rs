@@ -148,8 +148,8 @@ pub struct Access<'a> {
     pub bytes_down: u64,
     /// Time from the request head to the end of the reply.
     pub duration: Duration,
-    /// Time from the request head to the reply head written to the client (`None`: no reply
-    /// head, or a tunnel).
+    /// Time to first byte: from the request head to the reply head written to the client; for
+    /// tunnels, to the first byte from the far side. `None` when there was none.
     pub ttfb: Option<Duration>,
     /// `ok`, or the error tag.
     pub outcome: &'a str,
