@@ -121,6 +121,7 @@ pub async fn serve<T: Transport>(
             bytes_up: 0,
             bytes_down: 0,
             duration: Duration::ZERO,
+            ttfb: None,
             outcome: err.tag(),
             detail: &err.to_string(),
         });
@@ -503,6 +504,7 @@ async fn write_replies<T: Transport>(
                     bytes_up: 0,
                     bytes_down: 0,
                     duration: started.elapsed(),
+                    ttfb: None,
                     outcome: err.tag(),
                     detail: &err.to_string(),
                 });
@@ -566,6 +568,7 @@ async fn write_replies<T: Transport>(
                             bytes_up: job.uploaded.load(Ordering::Relaxed),
                             bytes_down: r.bytes,
                             duration: job.started.elapsed(),
+                            ttfb: Some(r.head_at.saturating_duration_since(job.started)),
                             outcome: r.far_error.as_deref().unwrap_or("ok"),
                             detail: "",
                         });
@@ -585,6 +588,7 @@ async fn write_replies<T: Transport>(
                             bytes_up: job.uploaded.load(Ordering::Relaxed),
                             bytes_down: 0,
                             duration: job.started.elapsed(),
+                            ttfb: None,
                             outcome: err.tag(),
                             detail: &err.to_string(),
                         });
@@ -599,6 +603,7 @@ async fn write_replies<T: Transport>(
                             bytes_up: job.uploaded.load(Ordering::Relaxed),
                             bytes_down: 0,
                             duration: job.started.elapsed(),
+                            ttfb: None,
                             outcome: "reply-cut",
                             detail: &detail,
                         });
@@ -634,6 +639,8 @@ struct Relayed {
     status: u16,
     bytes: u64,
     close: bool,
+    /// When the reply head was written to the client.
+    head_at: Instant,
 }
 
 /// Relays one reply from `srd` to the client.
@@ -717,6 +724,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
     wr.write_all(&http1::encode_response_head(&out_head))
         .await
         .map_err(|e| RelayError::After(format!("client write failed: {e}")))?;
+    let head_at = Instant::now();
     let bytes = http1::copy_body(kind, srd, &mut sbuf, wr, out)
         .await
         .map_err(|e| match &e {
@@ -735,6 +743,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
         status: out_head.status,
         bytes,
         close,
+        head_at,
     })
 }
 

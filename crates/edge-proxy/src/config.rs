@@ -265,12 +265,17 @@ pub struct EdgeConfig {
     pub drain_grace_ms: u64,
     /// Log format.
     pub log_format: LogFormat,
+    /// Log level filter (`info`, `warn,access=info`, ...); `RUST_LOG` overrides it. SIGHUP
+    /// applies a changed value.
+    pub log_level: String,
     /// The long link.
     pub link: LinkConfig,
     /// Pool settings.
     pub pool: PoolSection,
     /// Interception; absent = off.
     pub transparent: Option<TransparentConfig>,
+    /// Prometheus `/metrics` endpoint (`[metrics]`); off by default.
+    pub metrics: crate::metrics::MetricsConfig,
 }
 
 impl Default for EdgeConfig {
@@ -290,9 +295,11 @@ impl Default for EdgeConfig {
             client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
             drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
             log_format: LogFormat::Text,
+            log_level: crate::logging::DEFAULT_LOG_LEVEL.into(),
             link: LinkConfig::default(),
             pool: PoolSection::default(),
             transparent: None,
+            metrics: crate::metrics::MetricsConfig::default(),
         }
     }
 }
@@ -448,18 +455,10 @@ impl EdgeConfig {
 }
 
 /// Sets up `tracing` output: `RUST_LOG` filters (default `info`), `format` picks text or JSON.
+/// The binaries use [`crate::logging::init`], which also takes `log_level` and can change it
+/// on SIGHUP.
 pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    crate::logging::init(format, crate::logging::DEFAULT_LOG_LEVEL);
 }
 
 #[cfg(test)]

@@ -148,6 +148,9 @@ pub struct Access<'a> {
     pub bytes_down: u64,
     /// Time from the request head to the end of the reply.
     pub duration: Duration,
+    /// Time to first byte: from the request head to the reply head written to the client; for
+    /// tunnels, to the first byte from the far side. `None` when there was none.
+    pub ttfb: Option<Duration>,
     /// `ok`, or the error tag.
     pub outcome: &'a str,
     /// Extra detail (error reason), may be empty.
@@ -165,9 +168,15 @@ pub fn log_access(a: &Access<'_>) {
         bytes_up = a.bytes_up,
         bytes_down = a.bytes_down,
         ms = a.duration.as_millis() as u64,
+        ttfb_ms = a.ttfb.map(|t| t.as_millis() as u64),
         outcome = a.outcome,
         detail = a.detail,
     );
+    let kind = match a.method {
+        "CONNECT" | "TUNNEL" => "tunnel",
+        _ => "http",
+    };
+    crate::metrics::record_access(kind, a.status, a.bytes_up, a.bytes_down, a.outcome, a.ttfb);
 }
 
 #[cfg(test)]

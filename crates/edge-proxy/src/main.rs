@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use edge_proxy::client::ConnectReply;
 use edge_proxy::config::{
-    init_logging, load_toml, EdgeConfig, LogFormat, PolicyName, TlsSection, TransparentConfig,
+    load_toml, EdgeConfig, LogFormat, PolicyName, TlsSection, TransparentConfig,
 };
 use edge_proxy::pool_transport::{pool_config, start_pool, tls_client};
 use edge_proxy::server::{self, Interception, Listeners};
@@ -64,10 +64,17 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// Log level filter, e.g. `info` or `warn,access=info` (replaces `log_level`; `RUST_LOG`
+    /// wins over both).
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
     /// Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/edge.pem, DIR/edge.key,
     /// DIR/ca.pem); replaces the [pool.tls] file paths.
     #[arg(long, value_name = "DIR")]
     tls_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (replaces `[metrics] listen`).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -132,6 +139,14 @@ fn load(args: &Args) -> anyhow::Result<EdgeConfig> {
     if let Some(v) = args.log_format {
         cfg.log_format = v;
     }
+    if let Some(v) = &args.log_level {
+        cfg.log_level = v.clone();
+    }
+    edge_proxy::logging::parse_level(&cfg.log_level)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    if let Some(v) = args.metrics_listen {
+        cfg.metrics.listen = Some(v);
+    }
     if let Some(d) = &args.tls_dir {
         let name = cfg.pool.tls.as_ref().and_then(|t| t.server_name.clone());
         cfg.pool.tls = Some(TlsSection {
@@ -173,15 +188,53 @@ async fn shutdown_signal() {
         _ = term.recv() => tracing::info!("SIGTERM: draining"),
         _ = int.recv() => tracing::info!("SIGINT: draining"),
     }
+    edge_proxy::notify::stopping();
 }
 
-/// SIGHUP re-reads the TLS files: new pool connections use them, established ones continue.
-async fn reload_on_sighup(tls: Option<Arc<pool::tls::TlsClient>>) {
+/// SIGHUP re-reads the TLS files (new pool connections use them, established ones continue)
+/// and the configuration, logging which of its changes need a restart.
+async fn reload_on_sighup(
+    tls: Option<Arc<pool::tls::TlsClient>>,
+    mut running: EdgeConfig,
+    reread: impl Fn() -> anyhow::Result<EdgeConfig>,
+    mut log: edge_proxy::logging::LogControl,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         return;
     };
     while hup.recv().await.is_some() {
+        edge_proxy::notify::reloading();
+        match reread() {
+            Ok(new) => {
+                let mut applied = false;
+                match log.apply(&new.log_level) {
+                    Ok(Some(what)) => {
+                        applied = true;
+                        tracing::info!("SIGHUP: {what} applied");
+                        running.log_level = new.log_level.clone();
+                    }
+                    Ok(None) if log.from_env() && new.log_level != running.log_level => {
+                        tracing::warn!("SIGHUP: RUST_LOG is set and wins over log_level");
+                        running.log_level = new.log_level.clone();
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("SIGHUP: {e}"),
+                }
+                let changed = edge_proxy::reload::changed_keys(&running, &new);
+                if changed.is_empty() && !applied {
+                    tracing::info!("SIGHUP: configuration unchanged");
+                } else if !changed.is_empty() {
+                    tracing::warn!(
+                        keys = ?changed,
+                        "SIGHUP: configuration changed; these keys take effect after a restart"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "SIGHUP: configuration does not load; keeping the running one")
+            }
+        }
         match &tls {
             Some(t) => match t.reload() {
                 Ok(()) => tracing::info!("SIGHUP: TLS files reloaded for new pool connections"),
@@ -189,12 +242,17 @@ async fn reload_on_sighup(tls: Option<Arc<pool::tls::TlsClient>>) {
                     tracing::warn!(error = %e, "SIGHUP: TLS files do not load; keeping the previous ones")
                 }
             },
-            None => tracing::info!("SIGHUP: no [pool.tls] configured, nothing to reload"),
+            None => tracing::info!("SIGHUP: no [pool.tls] configured, no key files to reload"),
         }
+        edge_proxy::notify::ready("reloaded");
     }
 }
 
-async fn run(cfg: EdgeConfig) -> anyhow::Result<()> {
+async fn run(
+    cfg: EdgeConfig,
+    reread: impl Fn() -> anyhow::Result<EdgeConfig> + Send + 'static,
+    log: edge_proxy::logging::LogControl,
+) -> anyhow::Result<()> {
     let proxy = TcpListener::bind(cfg.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
@@ -206,8 +264,14 @@ async fn run(cfg: EdgeConfig) -> anyhow::Result<()> {
         None => None,
     };
     let tls = tls_client(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let metrics = edge_proxy::metrics::start(&cfg.metrics).await?;
     let pool = start_pool(&cfg, tls.clone())?;
-    tokio::spawn(reload_on_sighup(tls));
+    {
+        let p = pool.clone();
+        edge_proxy::metrics::global()
+            .add_pool(cfg.pool.remote.clone(), Arc::new(move || p.stats()));
+    }
+    tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread, log));
     tracing::info!(
         listen = %cfg.listen,
         transparent = ?cfg.transparent.as_ref().map(|t| t.listen),
@@ -225,6 +289,14 @@ async fn run(cfg: EdgeConfig) -> anyhow::Result<()> {
     } else {
         tracing::warn!(remote = %cfg.pool.remote, "no pool connection yet; requests get 502 until one is up");
     }
+    edge_proxy::notify::spawn_watchdog();
+    edge_proxy::notify::ready(&format!(
+        "serving on {}{}",
+        cfg.listen,
+        metrics
+            .map(|m| format!(", metrics on {m}"))
+            .unwrap_or_default()
+    ));
     let grace = Duration::from_millis(cfg.drain_grace_ms);
     let interception = match &cfg.transparent {
         Some(t) if t.tproxy => Interception::Tproxy,
@@ -244,7 +316,7 @@ async fn run(cfg: EdgeConfig) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = Arc::new(Args::parse());
     if let Some(Cmd::GenKeys(g)) = &args.cmd {
         return edge_proxy::keys::run("edge-proxy", g);
     }
@@ -267,7 +339,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    init_logging(cfg.log_format);
+    let log = edge_proxy::logging::init(cfg.log_format, &cfg.log_level);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -275,7 +347,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(run(cfg)) {
+    let reread = {
+        let args = args.clone();
+        move || load(&args)
+    };
+    match rt.block_on(run(cfg, reread, log)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

@@ -24,15 +24,17 @@ impl Transport for Pool {
         target: &str,
         first: Bytes,
     ) -> Result<MuxStream, OpenError> {
-        let kind = match kind {
-            StreamKind::Http => Kind::Http,
-            StreamKind::Tunnel => Kind::Tunnel,
+        let (kind, label) = match kind {
+            StreamKind::Http => (Kind::Http, "http"),
+            StreamKind::Tunnel => (Kind::Tunnel, "tunnel"),
         };
-        Pool::open(self, kind, target, first)
+        let s = Pool::open(self, kind, target, first)
             .await
             .map_err(|e| OpenError {
                 reason: e.to_string(),
-            })
+            })?;
+        crate::metrics::stream_opened(label);
+        Ok(s)
     }
 
     fn failure(&self, err: &io::Error) -> Option<FarFailure> {

@@ -8,10 +8,11 @@
 //! It does NOT look inside tunnels: HTTPS stays end-to-end encrypted.
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
 use tokio::net::TcpStream;
 
@@ -45,6 +46,7 @@ pub(crate) async fn connect<T: Transport>(
             bytes_up: 0,
             bytes_down: 0,
             duration: started.elapsed(),
+            ttfb: None,
             outcome: err.tag(),
             detail: &err.to_string(),
         });
@@ -83,8 +85,30 @@ pub(crate) async fn connect<T: Transport>(
             if client::write_all(&mut wr, ESTABLISHED).await.is_err() {
                 return;
             }
-            let (up, down, err) = pump(ctx, rd, wr, stream, Bytes::new(), first.len() as u64).await;
-            log_tunnel(peer, "CONNECT", &head.target, 200, up, down, started, err);
+            let first_down = OnceLock::new();
+            let (up, down, err) = pump(
+                ctx,
+                rd,
+                wr,
+                stream,
+                (Bytes::new(), first.len() as u64),
+                &first_down,
+            )
+            .await;
+            let ttfb = first_down
+                .get()
+                .map(|t| t.saturating_duration_since(started));
+            log_tunnel(
+                peer,
+                "CONNECT",
+                &head.target,
+                200,
+                up,
+                down,
+                started,
+                ttfb,
+                err,
+            );
         }
         ConnectReply::AfterConnect => {
             let req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
@@ -145,6 +169,7 @@ pub(crate) async fn connect<T: Transport>(
                     bytes_up: 0,
                     bytes_down: 0,
                     duration: started.elapsed(),
+                    ttfb: None,
                     outcome: "refused-by-far-side",
                     detail: &out.reason,
                 });
@@ -155,8 +180,23 @@ pub(crate) async fn connect<T: Transport>(
             }
             let stream = srd.unsplit(swr);
             let early = buf.split().freeze();
-            let (up, down, err) = pump_with_prefix(ctx, rd, wr, stream, sbuf.freeze(), early).await;
-            log_tunnel(peer, "CONNECT", &head.target, 200, up, down, started, err);
+            let first_down = OnceLock::new();
+            let (up, down, err) =
+                pump_with_prefix(ctx, rd, wr, stream, sbuf.freeze(), early, &first_down).await;
+            let ttfb = first_down
+                .get()
+                .map(|t| t.saturating_duration_since(started));
+            log_tunnel(
+                peer,
+                "CONNECT",
+                &head.target,
+                200,
+                up,
+                down,
+                started,
+                ttfb,
+                err,
+            );
         }
     }
 }
@@ -187,14 +227,19 @@ pub(crate) async fn intercepted<T: Transport>(
                 0,
                 0,
                 started,
+                None,
                 Some(err.to_string()),
             );
             abort(wr);
             return;
         }
     };
-    let (up, down, err) = pump(ctx, rd, wr, stream, Bytes::new(), 0).await;
-    log_tunnel(peer, "TUNNEL", &target, 0, up, down, started, err);
+    let first_down = OnceLock::new();
+    let (up, down, err) = pump(ctx, rd, wr, stream, (Bytes::new(), 0), &first_down).await;
+    let ttfb = first_down
+        .get()
+        .map(|t| t.saturating_duration_since(started));
+    log_tunnel(peer, "TUNNEL", &target, 0, up, down, started, ttfb, err);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -206,6 +251,7 @@ fn log_tunnel(
     up: u64,
     down: u64,
     started: Instant,
+    ttfb: Option<std::time::Duration>,
     err: Option<String>,
 ) {
     let detail = err.clone().unwrap_or_default();
@@ -220,6 +266,7 @@ fn log_tunnel(
         bytes_up: up,
         bytes_down: down,
         duration: started.elapsed(),
+        ttfb,
         outcome: if err.is_some() { "tunnel-failed" } else { "ok" },
         detail: &detail,
     });
@@ -230,16 +277,18 @@ async fn pump<T: Transport>(
     rd: TcpReadHalf<'_>,
     wr: TcpWriteHalf<'_>,
     stream: T::Stream,
-    to_client: Bytes,
-    already_up: u64,
+    (to_client, already_up): (Bytes, u64),
+    first_down: &OnceLock<Instant>,
 ) -> (u64, u64, Option<String>) {
-    let (up, down, err) = pump_with_prefix(ctx, rd, wr, stream, to_client, Bytes::new()).await;
+    let (up, down, err) =
+        pump_with_prefix(ctx, rd, wr, stream, to_client, Bytes::new(), first_down).await;
     (up + already_up, down, err)
 }
 
 /// Copies both ways until both directions ended. `to_client` is written to the client first,
 /// `to_far` to the stream first. Returns bytes up, bytes down, and the failure if one happened
 /// (then the client connection is reset and the stream dropped, which resets it).
+/// `first_down` is set when the first byte from the far side is at hand (time to first byte).
 async fn pump_with_prefix<T: Transport>(
     ctx: &Ctx<T>,
     rd: TcpReadHalf<'_>,
@@ -247,6 +296,7 @@ async fn pump_with_prefix<T: Transport>(
     stream: T::Stream,
     to_client: Bytes,
     to_far: Bytes,
+    first_down: &OnceLock<Instant>,
 ) -> (u64, u64, Option<String>) {
     let (srd, mut swr) = client::split(stream);
     let upload = async {
@@ -257,8 +307,14 @@ async fn pump_with_prefix<T: Transport>(
         Ok::<u64, std::io::Error>(n + to_far.len() as u64)
     };
     let download = async {
+        if !to_client.is_empty() {
+            let _ = first_down.set(Instant::now());
+        }
         wr.write_all(&to_client).await?;
         let mut r = BufReader::with_capacity(DEFAULT_TUNNEL_BUFFER, srd);
+        if !r.fill_buf().await?.is_empty() {
+            let _ = first_down.set(Instant::now());
+        }
         let n = tokio::io::copy_buf(&mut r, &mut wr).await?;
         wr.shutdown().await?;
         Ok::<u64, std::io::Error>(n + to_client.len() as u64)

@@ -53,12 +53,17 @@ pub struct RemoteConfig {
     pub congestion: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// Log level filter (`info`, `warn,access=info`, ...); `RUST_LOG` overrides it. SIGHUP
+    /// applies a changed value.
+    pub log_level: String,
     /// The long link (window sizing).
     pub link: LinkConfig,
     /// Mutual TLS of pool connections (`[tls]`: cert, key, ca); absent = plaintext TCP,
     /// allowed only on a loopback listen address (see [`RemoteConfig::requires_tls`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSection>,
+    /// Prometheus `/metrics` endpoint (`[metrics]`); off by default.
+    pub metrics: edge_proxy::metrics::MetricsConfig,
 }
 
 impl Default for RemoteConfig {
@@ -75,8 +80,10 @@ impl Default for RemoteConfig {
             drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
             congestion: edge_proxy::config::DEFAULT_CONGESTION.into(),
             log_format: LogFormat::Text,
+            log_level: edge_proxy::logging::DEFAULT_LOG_LEVEL.into(),
             link: LinkConfig::default(),
             tls: None,
+            metrics: edge_proxy::metrics::MetricsConfig::default(),
         }
     }
 }

@@ -179,6 +179,8 @@ pub struct Access<'a> {
     pub bytes_down: u64,
     /// Time the stream took.
     pub duration: Duration,
+    /// Time from the stream's start to the reply head sent back (`None`: none, or a tunnel).
+    pub ttfb: Option<Duration>,
     /// `ok` or an error tag.
     pub outcome: &'a str,
     /// Detail.
@@ -196,7 +198,14 @@ pub fn log_access(a: &Access<'_>) {
         bytes_up = a.bytes_up,
         bytes_down = a.bytes_down,
         ms = a.duration.as_millis() as u64,
+        ttfb_ms = a.ttfb.map(|t| t.as_millis() as u64),
         outcome = a.outcome,
         detail = a.detail,
     );
+    let kind = if a.method == "TUNNEL" {
+        "tunnel"
+    } else {
+        "http"
+    };
+    edge_proxy::metrics::record_access(kind, a.status, a.bytes_up, a.bytes_down, a.outcome, a.ttfb);
 }

@@ -193,6 +193,7 @@ fn log_tunnel(
         bytes_up: up,
         bytes_down: down,
         duration: started.elapsed(),
+        ttfb: None,
         outcome: if err.is_some() { "tunnel-failed" } else { "ok" },
         detail: err.as_deref().unwrap_or(""),
     });
@@ -207,6 +208,7 @@ fn log_error(id: u64, method: &str, target: &str, status: u16, started: Instant,
         bytes_up: 0,
         bytes_down: 0,
         duration: started.elapsed(),
+        ttfb: None,
         outcome: e.tag(),
         detail: &e.to_string(),
     });
@@ -265,6 +267,8 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     // Request body: decoded from the stream, handed to hyper through a bounded channel.
     let (body_tx, body_rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(DEFAULT_BODY_CHANNEL);
     let uploaded = AtomicU64::new(0);
+    // Set when the origin's response head arrived (time to first byte).
+    let head_at = std::sync::OnceLock::new();
     let result = {
         // Feeds the request body to hyper, then watches the stream: a reset from the edge (the
         // client went away) cancels the fetch instead of waiting for the origin. Completes
@@ -365,7 +369,10 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
                     ))))
                 }
                 Ok(Err(e)) => return Err(Outcome::Before(RemoteError::from_client(target, &e))),
-                Ok(Ok(r)) => r,
+                Ok(Ok(r)) => {
+                    let _ = head_at.set(Instant::now());
+                    r
+                }
             };
             write_response(&mut wr, &method, res).await
         };
@@ -387,6 +394,7 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
                 bytes_up: up,
                 bytes_down: down,
                 duration: started.elapsed(),
+                ttfb: head_at.get().map(|t| t.saturating_duration_since(started)),
                 outcome: "ok",
                 detail: "",
             });
@@ -406,6 +414,7 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
                 bytes_up: up,
                 bytes_down: 0,
                 duration: started.elapsed(),
+                ttfb: None,
                 outcome: "reply-cut",
                 detail: &why,
             });

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use edge_proxy::config::{init_logging, load_toml, LogFormat, TlsSection};
+use edge_proxy::config::{load_toml, LogFormat, TlsSection};
 use pool::tls::TlsServer;
 use remote_proxy::config::RemoteConfig;
 use remote_proxy::handler::Ctx;
@@ -46,10 +46,17 @@ struct Args {
     /// Log format.
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// Log level filter, e.g. `info` or `warn,access=info` (replaces `log_level`; `RUST_LOG`
+    /// wins over both).
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
     /// Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/remote.pem, DIR/remote.key,
     /// DIR/ca.pem); replaces the [tls] file paths.
     #[arg(long, value_name = "DIR")]
     tls_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (replaces `[metrics] listen`).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -81,6 +88,14 @@ fn load(args: &Args) -> anyhow::Result<RemoteConfig> {
     if let Some(v) = args.log_format {
         cfg.log_format = v;
     }
+    if let Some(v) = &args.log_level {
+        cfg.log_level = v.clone();
+    }
+    edge_proxy::logging::parse_level(&cfg.log_level)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    if let Some(v) = args.metrics_listen {
+        cfg.metrics.listen = Some(v);
+    }
     if let Some(d) = &args.tls_dir {
         cfg.tls = Some(TlsSection::from_dir(d, "remote"));
     }
@@ -103,6 +118,7 @@ async fn shutdown_signal() {
         _ = term.recv() => tracing::info!("SIGTERM: draining"),
         _ = int.recv() => tracing::info!("SIGINT: draining"),
     }
+    edge_proxy::notify::stopping();
 }
 
 /// The remote's TLS server from `[tls]`, loaded now (errors name the file).
@@ -117,13 +133,50 @@ fn tls_server(cfg: &RemoteConfig) -> anyhow::Result<Option<Arc<TlsServer>>> {
         .transpose()
 }
 
-/// SIGHUP re-reads the TLS files: new pool connections use them, established ones continue.
-async fn reload_on_sighup(tls: Option<Arc<TlsServer>>) {
+/// SIGHUP re-reads the TLS files (new pool connections use them, established ones continue)
+/// and the configuration, logging which of its changes need a restart.
+async fn reload_on_sighup(
+    tls: Option<Arc<TlsServer>>,
+    mut running: RemoteConfig,
+    reread: impl Fn() -> anyhow::Result<RemoteConfig>,
+    mut log: edge_proxy::logging::LogControl,
+) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         return;
     };
     while hup.recv().await.is_some() {
+        edge_proxy::notify::reloading();
+        match reread() {
+            Ok(new) => {
+                let mut applied = false;
+                match log.apply(&new.log_level) {
+                    Ok(Some(what)) => {
+                        applied = true;
+                        tracing::info!("SIGHUP: {what} applied");
+                        running.log_level = new.log_level.clone();
+                    }
+                    Ok(None) if log.from_env() && new.log_level != running.log_level => {
+                        tracing::warn!("SIGHUP: RUST_LOG is set and wins over log_level");
+                        running.log_level = new.log_level.clone();
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("SIGHUP: {e}"),
+                }
+                let changed = edge_proxy::reload::changed_keys(&running, &new);
+                if changed.is_empty() && !applied {
+                    tracing::info!("SIGHUP: configuration unchanged");
+                } else if !changed.is_empty() {
+                    tracing::warn!(
+                        keys = ?changed,
+                        "SIGHUP: configuration changed; these keys take effect after a restart"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "SIGHUP: configuration does not load; keeping the running one")
+            }
+        }
         match &tls {
             Some(t) => match t.reload() {
                 Ok(()) => tracing::info!("SIGHUP: TLS files reloaded for new pool connections"),
@@ -131,12 +184,17 @@ async fn reload_on_sighup(tls: Option<Arc<TlsServer>>) {
                     tracing::warn!(error = %e, "SIGHUP: TLS files do not load; keeping the previous ones")
                 }
             },
-            None => tracing::info!("SIGHUP: no [tls] configured, nothing to reload"),
+            None => tracing::info!("SIGHUP: no [tls] configured, no key files to reload"),
         }
+        edge_proxy::notify::ready("reloaded");
     }
 }
 
-async fn run(cfg: RemoteConfig) -> anyhow::Result<()> {
+async fn run(
+    cfg: RemoteConfig,
+    reread: impl Fn() -> anyhow::Result<RemoteConfig> + Send + 'static,
+    log: edge_proxy::logging::LogControl,
+) -> anyhow::Result<()> {
     let tls = tls_server(&cfg)?;
     let server = match &tls {
         Some(t) => {
@@ -146,7 +204,13 @@ async fn run(cfg: RemoteConfig) -> anyhow::Result<()> {
         None => pool::Server::bind(cfg.listen, server_config(&cfg)).await,
     }
     .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
-    tokio::spawn(reload_on_sighup(tls));
+    let server = Arc::new(server);
+    {
+        let s = server.clone();
+        edge_proxy::metrics::global().add_pool("edges", Arc::new(move || s.stats()));
+    }
+    let metrics = edge_proxy::metrics::start(&cfg.metrics).await?;
+    tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread, log));
     let policy = cfg.policy();
     tracing::info!(
         listen = %server.local_addr(),
@@ -156,7 +220,15 @@ async fn run(cfg: RemoteConfig) -> anyhow::Result<()> {
         "remote-proxy starting"
     );
     let ctx = Arc::new(Ctx::new(policy, cfg.settings()));
-    pool_glue::run(
+    edge_proxy::notify::spawn_watchdog();
+    edge_proxy::notify::ready(&format!(
+        "serving pool connections on {}{}",
+        server.local_addr(),
+        metrics
+            .map(|m| format!(", metrics on {m}"))
+            .unwrap_or_default()
+    ));
+    pool_glue::run_shared(
         server,
         ctx,
         shutdown_signal(),
@@ -167,7 +239,7 @@ async fn run(cfg: RemoteConfig) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = Arc::new(Args::parse());
     if let Some(Cmd::GenKeys(g)) = &args.cmd {
         return edge_proxy::keys::run("remote-proxy", g);
     }
@@ -190,7 +262,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    init_logging(cfg.log_format);
+    let log = edge_proxy::logging::init(cfg.log_format, &cfg.log_level);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -198,7 +270,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(run(cfg)) {
+    let reread = {
+        let args = args.clone();
+        move || load(&args)
+    };
+    match rt.block_on(run(cfg, reread, log)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("remote-proxy: {e:#}");

@@ -56,6 +56,16 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
     grace: Duration,
 ) {
+    run_shared(Arc::new(server), ctx, shutdown, grace).await
+}
+
+/// [`run`] on a server shared with others (the metrics endpoint reads its `stats()`).
+pub async fn run_shared(
+    server: Arc<Server>,
+    ctx: Arc<Ctx>,
+    shutdown: impl std::future::Future<Output = ()>,
+    grace: Duration,
+) {
     let mut tasks = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -68,6 +78,10 @@ pub async fn run(
                     Kind::Tunnel => StreamKind::Tunnel,
                     _ => StreamKind::Http,
                 };
+                edge_proxy::metrics::stream_opened(match kind {
+                    StreamKind::Tunnel => "tunnel",
+                    StreamKind::Http => "http",
+                });
                 let ctx = ctx.clone();
                 tasks.spawn(async move {
                     handler::handle(&ctx, inc.id, kind, inc.target, inc.stream).await;

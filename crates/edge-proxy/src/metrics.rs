@@ -1,0 +1,440 @@
+//! Prometheus metrics of both proxies and the `/metrics` HTTP endpoint that serves them.
+//!
+//! What it does: keeps one process-wide set of counters and histograms
+//! ([`global`]), fed from the points where streams open ([`stream_opened`]) and from every
+//! access-log record ([`record_access`]: bytes each way, requests by status class, errors by
+//! cause with the same tags the access log and `X-Longhaul-Error` use, time to first byte);
+//! reads the per-pool-connection gauges (state, RTT, `TCP_INFO` cwnd and retransmits,
+//! outstanding bytes, reconnects) from registered [`StatsSource`]s at scrape time, so a scrape
+//! always shows the pool as it is now and a connection that went away disappears; serves the
+//! text exposition format on `GET /metrics` ([`serve`]).
+//!
+//! What it does NOT do: push anywhere, authenticate scrapers (the endpoint is off by default
+//! and loopback by default when on: put it behind a firewall or a reverse proxy if it must be
+//! reached from elsewhere), or keep per-client or per-target series (their number is unbounded).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// Address `[metrics] enabled = true` (without `listen`) binds: loopback only.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9090";
+/// Scrape connections served at once; more wait in the listen backlog.
+pub const DEFAULT_METRICS_MAX_CONNECTIONS: usize = 8;
+/// A scraper must send its request head within this time.
+pub const DEFAULT_METRICS_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time-to-first-byte histogram buckets: 5 ms doubling 14 times (to about 41 s), which covers
+/// loopback through several satellite round trips.
+pub const TTFB_BUCKETS: (f64, f64, u16) = (0.005, 2.0, 14);
+
+/// `[metrics]` section of both configuration files. Off unless `enabled` or `listen` is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Serve `/metrics` (on `listen`, or [`DEFAULT_METRICS_LISTEN`]).
+    pub enabled: bool,
+    /// Address of the `/metrics` endpoint; setting it enables metrics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+}
+
+impl MetricsConfig {
+    /// The address to serve on, or `None` when metrics are off.
+    pub fn address(&self) -> Option<SocketAddr> {
+        match self.listen {
+            Some(a) => Some(a),
+            None if self.enabled => Some(DEFAULT_METRICS_LISTEN.parse().expect("valid default")),
+            None => None,
+        }
+    }
+}
+
+/// Reads the current state of one pool's connections (`Pool::stats` / `Server::stats`).
+pub type StatsSource = Arc<dyn Fn() -> Vec<pool::ConnStats> + Send + Sync>;
+
+type Labels1 = [(&'static str, String); 1];
+type ConnLabels = [(&'static str, String); 4];
+
+/// The process-wide metric set.
+pub struct Metrics {
+    registry: Registry,
+    streams_opened: Family<Labels1, Counter>,
+    bytes: Family<Labels1, Counter>,
+    requests: Family<Labels1, Counter>,
+    errors: Family<Labels1, Counter>,
+    ttfb: Family<Labels1, Histogram, fn() -> Histogram>,
+    conn_up: Family<ConnLabels, Gauge>,
+    conn_rtt: Family<ConnLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    conn_tcp_rtt: Family<ConnLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    conn_cwnd: Family<ConnLabels, Gauge>,
+    conn_outstanding: Family<ConnLabels, Gauge>,
+    conn_retrans: Family<ConnLabels, Gauge>,
+    conn_streams: Family<ConnLabels, Gauge>,
+    conn_reconnects: Family<ConnLabels, Gauge>,
+    /// Pools whose connections are read at scrape time, with the label that names each.
+    sources: Mutex<Vec<(String, StatsSource)>>,
+    /// Serialises scrapes: the per-connection families are cleared and refilled per scrape.
+    scrape: tokio::sync::Mutex<()>,
+}
+
+fn ttfb_histogram() -> Histogram {
+    let (start, factor, n) = TTFB_BUCKETS;
+    Histogram::new(exponential_buckets(start, factor, n))
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("longhaul");
+        let m = Metrics {
+            streams_opened: Family::default(),
+            bytes: Family::default(),
+            requests: Family::default(),
+            errors: Family::default(),
+            ttfb: Family::new_with_constructor(ttfb_histogram),
+            conn_up: Family::default(),
+            conn_rtt: Family::default(),
+            conn_tcp_rtt: Family::default(),
+            conn_cwnd: Family::default(),
+            conn_outstanding: Family::default(),
+            conn_retrans: Family::default(),
+            conn_streams: Family::default(),
+            conn_reconnects: Family::default(),
+            sources: Mutex::new(Vec::new()),
+            scrape: tokio::sync::Mutex::new(()),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "streams_opened",
+            "Streams opened over the pool, by kind (http, tunnel)",
+            m.streams_opened.clone(),
+        );
+        registry.register(
+            "bytes",
+            "Body bytes relayed, by direction (up: client to origin, down: origin to client)",
+            m.bytes.clone(),
+        );
+        registry.register(
+            "requests",
+            "Requests and tunnels finished, by status class (2xx..5xx; none: no status sent)",
+            m.requests.clone(),
+        );
+        registry.register(
+            "errors",
+            "Requests and tunnels that failed, by cause (the access log's outcome tag)",
+            m.errors.clone(),
+        );
+        registry.register(
+            "time_to_first_byte_seconds",
+            "From the request head to the reply head, by kind",
+            m.ttfb.clone(),
+        );
+        registry.register(
+            "pool_connection_up",
+            "1 while the pool connection carries streams, 0 otherwise",
+            m.conn_up.clone(),
+        );
+        registry.register(
+            "pool_connection_rtt_seconds",
+            "Round-trip time of the last mux PING on the pool connection",
+            m.conn_rtt.clone(),
+        );
+        registry.register(
+            "pool_connection_tcp_rtt_seconds",
+            "Smoothed TCP round-trip time (TCP_INFO)",
+            m.conn_tcp_rtt.clone(),
+        );
+        registry.register(
+            "pool_connection_cwnd_segments",
+            "TCP congestion window (TCP_INFO)",
+            m.conn_cwnd.clone(),
+        );
+        registry.register(
+            "pool_connection_outstanding_bytes",
+            "Bytes queued in the process plus the kernel send queue",
+            m.conn_outstanding.clone(),
+        );
+        registry.register(
+            "pool_connection_retransmitted_segments",
+            "TCP segments retransmitted over the connection's life (TCP_INFO total_retrans)",
+            m.conn_retrans.clone(),
+        );
+        registry.register(
+            "pool_connection_streams",
+            "Streams bound to the pool connection",
+            m.conn_streams.clone(),
+        );
+        registry.register(
+            "pool_connection_reconnects",
+            "Times this pool slot re-dialed after losing or failing a connection",
+            m.conn_reconnects.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Reads the pool connections of `pool` at every scrape (labelled `pool="<name>"`).
+    pub fn add_pool(&self, name: impl Into<String>, source: StatsSource) {
+        self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.into(), source));
+    }
+
+    /// The text exposition of every metric, with the pool gauges read now.
+    pub async fn render(&self) -> String {
+        let _one = self.scrape.lock().await;
+        self.refresh_pool_gauges();
+        let mut out = String::new();
+        if let Err(e) = encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "metrics encoding failed");
+        }
+        out
+    }
+
+    fn refresh_pool_gauges(&self) {
+        self.conn_up.clear();
+        self.conn_rtt.clear();
+        self.conn_tcp_rtt.clear();
+        self.conn_cwnd.clear();
+        self.conn_outstanding.clear();
+        self.conn_retrans.clear();
+        self.conn_streams.clear();
+        self.conn_reconnects.clear();
+        let sources = self
+            .sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (name, source) in sources {
+            for s in source() {
+                let l: ConnLabels = [
+                    ("pool", name.clone()),
+                    ("slot", s.slot.map_or("-".into(), |n| n.to_string())),
+                    ("conn", s.id.map_or("-".into(), |n| n.to_string())),
+                    ("peer", s.peer.map_or("-".into(), |p| p.to_string())),
+                ];
+                let up = s.state == pool::LaneState::Up;
+                self.conn_up.get_or_create(&l).set(i64::from(up));
+                self.conn_reconnects
+                    .get_or_create(&l)
+                    .set(s.reconnects as i64);
+                if s.id.is_none() {
+                    continue;
+                }
+                self.conn_outstanding
+                    .get_or_create(&l)
+                    .set(s.outstanding as i64);
+                self.conn_streams
+                    .get_or_create(&l)
+                    .set(i64::from(s.streams));
+                if let Some(rtt) = s.rtt {
+                    self.conn_rtt.get_or_create(&l).set(rtt.as_secs_f64());
+                }
+                if let Some(t) = s.tcp_info {
+                    self.conn_tcp_rtt
+                        .get_or_create(&l)
+                        .set(f64::from(t.rtt_us) / 1e6);
+                    self.conn_cwnd.get_or_create(&l).set(i64::from(t.snd_cwnd));
+                    self.conn_retrans
+                        .get_or_create(&l)
+                        .set(i64::from(t.total_retrans));
+                }
+            }
+        }
+    }
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The process-wide metric set.
+pub fn global() -> &'static Metrics {
+    &METRICS
+}
+
+/// Counts a stream opened over the pool (`kind`: `http` or `tunnel`).
+pub fn stream_opened(kind: &'static str) {
+    global()
+        .streams_opened
+        .get_or_create(&[("kind", kind.to_string())])
+        .inc();
+}
+
+/// Status class label: `2xx`..`5xx`, or `none` when no status reached the client.
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "none",
+    }
+}
+
+/// Counts one finished request or tunnel (called by each binary's `log_access`).
+///
+/// `kind` labels the time-to-first-byte histogram (`http` or `tunnel`); `outcome` is `ok` or
+/// the error tag.
+pub fn record_access(
+    kind: &'static str,
+    status: u16,
+    bytes_up: u64,
+    bytes_down: u64,
+    outcome: &str,
+    ttfb: Option<Duration>,
+) {
+    let m = global();
+    m.bytes
+        .get_or_create(&[("direction", "up".into())])
+        .inc_by(bytes_up);
+    m.bytes
+        .get_or_create(&[("direction", "down".into())])
+        .inc_by(bytes_down);
+    m.requests
+        .get_or_create(&[("class", status_class(status).into())])
+        .inc();
+    if outcome != "ok" {
+        m.errors
+            .get_or_create(&[("cause", outcome.to_string())])
+            .inc();
+    }
+    if let Some(t) = ttfb {
+        m.ttfb
+            .get_or_create(&[("kind", kind.to_string())])
+            .observe(t.as_secs_f64());
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until the task is dropped. Other paths get 404, other
+/// methods 405; at most [`DEFAULT_METRICS_MAX_CONNECTIONS`] scrapes are served at once.
+pub async fn serve(listener: TcpListener) {
+    let slots = Arc::new(Semaphore::new(DEFAULT_METRICS_MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (sock, peer) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            let _permit = permit;
+            let io = hyper_util::rt::TokioIo::new(sock);
+            let svc = hyper::service::service_fn(answer);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(DEFAULT_METRICS_HEADER_TIMEOUT)
+                .keep_alive(false)
+                .serve_connection(io, svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "metrics connection failed");
+            }
+        });
+    }
+}
+
+async fn answer(req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let reply = |status: StatusCode, ctype: &'static str, body: String| {
+        let mut r = Response::new(Full::new(Bytes::from(body)));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static(ctype),
+        );
+        Ok(r)
+    };
+    if req.uri().path() != "/metrics" {
+        return reply(StatusCode::NOT_FOUND, "text/plain", "try /metrics\n".into());
+    }
+    if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "GET only\n".into(),
+        );
+    }
+    let body = global().render().await;
+    reply(
+        StatusCode::OK,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        body,
+    )
+}
+
+/// Binds the metrics endpoint (if `cfg` enables it) and serves it in the background. Logs a
+/// warning when the address is not loopback.
+pub async fn start(cfg: &MetricsConfig) -> anyhow::Result<Option<SocketAddr>> {
+    let Some(addr) = cfg.address() else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (metrics): {e}"))?;
+    let bound = listener.local_addr()?;
+    if !bound.ip().is_loopback() {
+        tracing::warn!(listen = %bound, "metrics endpoint is not on loopback: anyone who can reach it can read it");
+    }
+    tracing::info!(listen = %bound, "metrics on http://{bound}/metrics");
+    tokio::spawn(serve(listener));
+    Ok(Some(bound))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_classes() {
+        assert_eq!(status_class(200), "2xx");
+        assert_eq!(status_class(403), "4xx");
+        assert_eq!(status_class(504), "5xx");
+        assert_eq!(status_class(0), "none");
+    }
+
+    #[test]
+    fn metrics_section_is_off_by_default_and_loopback_when_enabled() {
+        let c: MetricsConfig = toml::from_str("").unwrap();
+        assert_eq!(c.address(), None);
+        let c: MetricsConfig = toml::from_str("enabled = true").unwrap();
+        assert!(c.address().unwrap().ip().is_loopback());
+        let c: MetricsConfig = toml::from_str("listen = \"127.0.0.1:9191\"").unwrap();
+        assert_eq!(c.address().unwrap().port(), 9191);
+        assert!(toml::from_str::<MetricsConfig>("lisen = 1").is_err());
+    }
+
+    #[tokio::test]
+    async fn access_records_move_the_counters() {
+        record_access("http", 200, 10, 2000, "ok", Some(Duration::from_millis(30)));
+        record_access("http", 502, 0, 0, "dns-failed", None);
+        let text = global().render().await;
+        assert!(
+            text.contains("longhaul_requests_total{class=\"2xx\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("longhaul_errors_total{cause=\"dns-failed\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("longhaul_time_to_first_byte_seconds_bucket{"),
+            "{text}"
+        );
+    }
+}
