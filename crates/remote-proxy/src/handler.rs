@@ -14,6 +14,7 @@
 //! It does NOT accept pool connections (see the binary) or parse anything inside tunnels.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -69,14 +70,15 @@ pub struct Settings {
 /// State shared by all streams.
 pub struct Ctx {
     client: Client<HttpConnector<PolicyResolver>, ReqBody>,
-    policy: TargetPolicy,
+    policy: Arc<TargetPolicy>,
     settings: Settings,
 }
 
 impl Ctx {
     /// Builds the origin client.
     pub fn new(policy: TargetPolicy, settings: Settings) -> Ctx {
-        let mut connector = HttpConnector::new_with_resolver(PolicyResolver(policy));
+        let policy = Arc::new(policy);
+        let mut connector = HttpConnector::new_with_resolver(PolicyResolver(policy.clone()));
         connector.set_connect_timeout(Some(settings.connect_timeout));
         connector.set_nodelay(true);
         connector.enforce_http(true);

@@ -235,7 +235,10 @@ async fn pair_with(
 ) -> Pair {
     let origin = origin().await;
     let ctx = Arc::new(Ctx::new(
-        TargetPolicy { allow_private },
+        TargetPolicy {
+            allow_private,
+            ..TargetPolicy::default()
+        },
         handler::Settings {
             connect_timeout: Duration::from_secs(2),
             origin_timeout: Duration::from_millis(800),
