@@ -19,6 +19,7 @@ pub mod errors;
 pub mod http1;
 pub mod keys;
 pub mod pool_transport;
+pub mod remotes;
 pub mod server;
 pub mod target;
 pub mod transport;

@@ -256,6 +256,7 @@ async fn pair_with(
         max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
         max_pipeline: 16,
         idle_timeout: Duration::from_secs(10),
+        header_timeout: Duration::from_secs(10),
         connect_reply: ConnectReply::Optimistic,
         connect_ports: Vec::new(),
         allowed_clients: vec!["127.0.0.0/8".parse().unwrap()],
