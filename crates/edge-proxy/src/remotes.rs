@@ -163,15 +163,16 @@ impl Transport for Remotes {
 
 /// Logs each remote's health when it changes: up (with its connection count), or down.
 async fn log_health(inner: Weak<Inner>, every: Duration) {
-    let mut last: Vec<Option<usize>> = Vec::new();
+    // Starts as "down" without a log line: the start-up log says whether the pool came up.
+    let mut last: Vec<usize> = Vec::new();
     loop {
         {
             let Some(inner) = inner.upgrade() else { return };
-            last.resize(inner.remotes.len(), None);
+            last.resize(inner.remotes.len(), 0);
             for (r, prev) in inner.remotes.iter().zip(last.iter_mut()) {
                 let up = r.pool.load().up;
                 match (*prev, up) {
-                    (Some(p), u) if (p == 0) == (u == 0) => {}
+                    (p, u) if (p == 0) == (u == 0) => {}
                     (_, 0) => {
                         tracing::warn!(remote = %r.name, "remote down: no pool connection up; streams go to the other remotes")
                     }
@@ -179,7 +180,7 @@ async fn log_health(inner: Weak<Inner>, every: Duration) {
                         tracing::info!(remote = %r.name, connections_up = u, "remote up")
                     }
                 }
-                *prev = Some(up);
+                *prev = up;
             }
         }
         tokio::time::sleep(every).await;

@@ -67,6 +67,11 @@ pub struct Settings {
     pub max_header_bytes: usize,
 }
 
+/// Largest read buffer of one origin connection, bytes (hyper's default is ~400 KiB). A reply
+/// whose edge reader is slow holds at most this plus its stream window here, so 64 KiB keeps
+/// thousands of stalled replies cheap while one read still moves a whole window's quarter.
+pub const DEFAULT_ORIGIN_READ_BUFFER: usize = 64 * 1024;
+
 /// State shared by all streams.
 pub struct Ctx {
     client: Client<HttpConnector<PolicyResolver>, ReqBody>,
@@ -85,6 +90,7 @@ impl Ctx {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(settings.origin_idle_timeout)
             .pool_max_idle_per_host(settings.origin_max_idle_per_host)
+            .http1_max_buf_size(DEFAULT_ORIGIN_READ_BUFFER)
             .build(connector);
         Ctx {
             client,
