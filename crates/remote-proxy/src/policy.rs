@@ -170,10 +170,13 @@ pub fn classify_v6(ip: Ipv6Addr) -> Option<Refusal> {
             (_, true) | (Some(_), false) => Refusal::EmbeddedV4,
             (None, false) => return None,
         }
-    } else if (s[0] == 0x2001 && s[1] == 0xdb8) || s[0] == 0x100 && s[1..4] == [0, 0, 0] {
-        Refusal::Reserved // documentation 2001:db8::/32, discard-only 100::/64
-    } else if (s[0] & 0xe000) != 0x2000 {
-        Refusal::Reserved // outside global unicast 2000::/3
+    } else if (s[0] == 0x2001 && s[1] == 0xdb8)
+        || (s[0] == 0x100 && s[1..4] == [0, 0, 0])
+        || (s[0] & 0xe000) != 0x2000
+    {
+        // Documentation 2001:db8::/32, discard-only 100::/64, anything outside global
+        // unicast 2000::/3.
+        Refusal::Reserved
     } else {
         return None;
     })

@@ -61,8 +61,8 @@ fn names_resolving_to_loopback_and_private_literals_are_refused_in_production() 
     let _serial = serial();
     let origin = small_origin();
     let port = origin.port();
-    let hosts = format!("mode = \"production\"\n[hosts]\n\"origin.test\" = [\"127.0.0.1\"]\n");
-    let pair = start_pair(&hosts, &["--connect-reply", "after-connect"]);
+    let hosts = "mode = \"production\"\n[hosts]\n\"origin.test\" = [\"127.0.0.1\"]\n";
+    let pair = start_pair(hosts, &["--connect-reply", "after-connect"]);
 
     let (st, head, body) = get(pair.edge_addr, &format!("http://origin.test:{port}/"));
     let body = String::from_utf8_lossy(&body);
@@ -102,8 +102,7 @@ fn names_resolving_to_loopback_and_private_literals_are_refused_in_production() 
     );
 
     // The same name is reachable once its network is allowed: the refusal was the policy's.
-    let allowed = format!("{hosts}");
-    let allowed = allowed.replacen(
+    let allowed = hosts.replacen(
         "[hosts]",
         "allowed_targets = [\"127.0.0.1/32\"]\n[hosts]",
         1,
