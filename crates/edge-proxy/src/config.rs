@@ -527,6 +527,11 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:3128");
         assert_eq!(c.pool.remote, "127.0.0.1:4443");
+        assert_eq!(c.connect_ports, vec![443]);
+        assert_eq!(c.settings().header_timeout, Duration::from_secs(10));
+        let c: EdgeConfig = toml::from_str("connect_ports = []\nheader_timeout_ms = 0").unwrap();
+        assert!(c.connect_ports.is_empty());
+        assert!(c.validate().unwrap_err().contains("header_timeout_ms"));
     }
 
     #[test]
