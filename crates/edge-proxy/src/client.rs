@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use ipnet::IpNet;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -50,9 +50,12 @@ pub struct Settings {
     pub max_header_bytes: usize,
     /// Most requests of one client connection in flight at once (pipelining depth).
     pub max_pipeline: usize,
-    /// Idle time after which a keep-alive client connection is closed, and the longest wait for
-    /// the rest of a request head.
+    /// Idle time after which a keep-alive client connection with no request under way is
+    /// closed (also the wait for the first request of a new connection).
     pub idle_timeout: Duration,
+    /// Longest time from the first byte of a request head to its end; a slower client
+    /// (slowloris) gets `408` and the connection closes.
+    pub header_timeout: Duration,
     /// How CONNECT is answered.
     pub connect_reply: ConnectReply,
     /// Ports CONNECT may reach; empty means any.
@@ -166,7 +169,6 @@ const CLOSE_LINGER_BYTES: usize = 1024 * 1024;
 /// socket with unread data would send a reset that can destroy the last response before the
 /// client read it.
 async fn drain_and_close(sock: &mut TcpStream) {
-    use tokio::io::AsyncReadExt;
     let _ = sock.shutdown().await;
     let mut scratch = vec![0u8; 16 * 1024];
     let mut total = 0usize;
@@ -346,13 +348,45 @@ async fn read_requests<'a, T: Transport>(
         if *draining.borrow() && buf.is_empty() {
             return Ok(());
         }
-        let head = tokio::select! {
-            r = tokio::time::timeout(s.idle_timeout, http1::read_request_head(&mut rd, &mut buf, s.max_header_bytes)) => r,
-            _ = draining.changed(), if buf.is_empty() => return Ok(()),
-        };
+        if buf.is_empty() {
+            // Between requests: the idle timeout runs until the next request's first byte.
+            let first = tokio::select! {
+                r = tokio::time::timeout(s.idle_timeout, rd.read_buf(&mut buf)) => r,
+                _ = draining.changed() => return Ok(()),
+            };
+            match first {
+                Err(_) => {
+                    tracing::debug!(%peer, idle_ms = s.idle_timeout.as_millis() as u64, "idle client connection closed");
+                    return Ok(());
+                }
+                Ok(Ok(0)) | Ok(Err(_)) => return Err(()),
+                Ok(Ok(_)) => {}
+            }
+        }
         let started = Instant::now();
+        let head = tokio::time::timeout(
+            s.header_timeout,
+            http1::read_request_head(&mut rd, &mut buf, s.max_header_bytes),
+        )
+        .await;
         let head = match head {
-            Err(_) => return Ok(()), // idle or slow head: close quietly
+            Err(_) => {
+                let err = EdgeError::HeaderTimeout(format!(
+                    "{} bytes in {} ms",
+                    buf.len(),
+                    s.header_timeout.as_millis()
+                ));
+                tracing::info!(%peer, received = buf.len(), "slow client: request head not complete within the header timeout");
+                let _ = tx
+                    .send(Pending::Error {
+                        err,
+                        method: "-".into(),
+                        target: "-".into(),
+                        started,
+                    })
+                    .await;
+                return Ok(());
+            }
             Ok(Ok(Some(h))) => h,
             // The client closed its side: like Squid (half_closed_clients off) and nginx, that
             // aborts what is still in flight, so far-side work for a departed client stops.

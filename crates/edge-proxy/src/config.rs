@@ -24,11 +24,19 @@ pub const DEFAULT_REMOTE: &str = "127.0.0.1:4443";
 pub const DEFAULT_CONNECTIONS: usize = 4;
 /// Default idle timeout of a client connection.
 pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Default longest time from the first byte of a request head to its end (slowloris defence:
+/// a slower client gets 408). Clients sit on the short side of the link, so a whole head
+/// normally arrives in one round trip of a few milliseconds.
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+/// Default ports CONNECT may reach: HTTPS only (like Squid's `SSL_ports`).
+pub const DEFAULT_CONNECT_PORTS: &[u16] = &[443];
 /// Default drain grace period on SIGTERM.
 pub const DEFAULT_DRAIN_GRACE_MS: u64 = 10_000;
 /// Default limit of client connections served at once (each costs two small buffers and one
 /// task; further connections wait in the kernel's accept queue).
 pub const DEFAULT_MAX_CLIENT_CONNECTIONS: usize = 10_000;
+/// Most remote proxies in `pool.remotes` (each costs a pool of `pool.connections`).
+pub const MAX_REMOTES: usize = 64;
 /// Default pipelining depth per client connection.
 pub const DEFAULT_MAX_PIPELINE: usize = 16;
 /// Default wait at start-up for the first pool connection.
@@ -208,9 +216,14 @@ pub fn is_loopback_authority(s: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolSection {
-    /// Remote proxy `host:port`.
+    /// Remote proxy `host:port` (one remote). Ignored when `remotes` is set (then it must be
+    /// left out, or be one of `remotes`).
     pub remote: String,
-    /// Number of pool connections.
+    /// Several remote proxies (`host:port` each): one pool of `connections` connections per
+    /// remote; each stream goes to the remote with the fewest outstanding bytes among those with
+    /// a connection up. Empty (the default): the single `remote`.
+    pub remotes: Vec<String>,
+    /// Number of pool connections per remote.
     pub connections: usize,
     /// Scheduling policy.
     pub policy: PolicyName,
@@ -229,6 +242,7 @@ impl Default for PoolSection {
     fn default() -> Self {
         PoolSection {
             remote: DEFAULT_REMOTE.into(),
+            remotes: Vec::new(),
             connections: DEFAULT_CONNECTIONS,
             policy: PolicyName::LeastOutstanding,
             congestion: DEFAULT_CONGESTION.into(),
@@ -251,7 +265,7 @@ pub struct EdgeConfig {
     pub allowed_clients: Vec<IpNet>,
     /// How CONNECT is answered.
     pub connect_reply: ConnectReply,
-    /// Ports CONNECT may reach (empty = any).
+    /// Ports CONNECT may reach (others get 403); empty = any port.
     pub connect_ports: Vec<u16>,
     /// Largest request head in bytes (larger: 431).
     pub max_header_bytes: usize,
@@ -261,6 +275,9 @@ pub struct EdgeConfig {
     pub max_client_connections: usize,
     /// Idle keep-alive timeout of client connections, in milliseconds.
     pub client_idle_timeout_ms: u64,
+    /// Longest time from the first byte of a request head to its end, in milliseconds
+    /// (slower: 408 and close).
+    pub header_timeout_ms: u64,
     /// Grace period for in-flight replies on SIGTERM, in milliseconds.
     pub drain_grace_ms: u64,
     /// Log format.
@@ -288,11 +305,12 @@ impl Default for EdgeConfig {
                 .map(|n| n.parse().expect("valid default network"))
                 .collect(),
             connect_reply: ConnectReply::Optimistic,
-            connect_ports: Vec::new(),
+            connect_ports: DEFAULT_CONNECT_PORTS.to_vec(),
             max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
             max_pipeline: DEFAULT_MAX_PIPELINE,
             max_client_connections: DEFAULT_MAX_CLIENT_CONNECTIONS,
             client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
+            header_timeout_ms: DEFAULT_HEADER_TIMEOUT_MS,
             drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
             log_format: LogFormat::Text,
             log_level: crate::logging::DEFAULT_LOG_LEVEL.into(),
@@ -327,6 +345,17 @@ pub fn effective_mode(mode: Option<Mode>, addrs: &[SocketAddr]) -> Mode {
     })
 }
 
+impl PoolSection {
+    /// The remote proxies in use: `remotes`, or the single `remote`.
+    pub fn remote_list(&self) -> Vec<String> {
+        if self.remotes.is_empty() {
+            vec![self.remote.clone()]
+        } else {
+            self.remotes.clone()
+        }
+    }
+}
+
 impl EdgeConfig {
     /// The mode in force (see [`effective_mode`]).
     pub fn mode(&self) -> Mode {
@@ -351,6 +380,27 @@ impl EdgeConfig {
             }
         }
         check_host_port("pool.remote", &self.pool.remote)?;
+        if !self.pool.remotes.is_empty() {
+            if self.pool.remote != DEFAULT_REMOTE && !self.pool.remotes.contains(&self.pool.remote)
+            {
+                return Err(format!(
+                    "pool.remote {} and pool.remotes are both set: list every remote in pool.remotes",
+                    self.pool.remote
+                ));
+            }
+            if self.pool.remotes.len() > MAX_REMOTES {
+                return Err(format!(
+                    "pool.remotes lists {} remotes; at most {MAX_REMOTES}",
+                    self.pool.remotes.len()
+                ));
+            }
+            for (n, r) in self.pool.remotes.iter().enumerate() {
+                check_host_port("pool.remotes", r)?;
+                if self.pool.remotes[..n].contains(r) {
+                    return Err(format!("pool.remotes lists {r} twice"));
+                }
+            }
+        }
         match (&self.pool.tls, self.requires_tls()) {
             (Some(t), _) => t.validate("pool.tls")?,
             (None, Some(why)) => {
@@ -397,6 +447,7 @@ impl EdgeConfig {
         }
         for (key, v) in [
             ("client_idle_timeout_ms", self.client_idle_timeout_ms),
+            ("header_timeout_ms", self.header_timeout_ms),
             ("drain_grace_ms", self.drain_grace_ms),
             ("pool.ready_timeout_ms", self.pool.ready_timeout_ms),
         ] {
@@ -419,11 +470,14 @@ impl EdgeConfig {
     /// non-loopback listen address or remote, and production pools run mutual TLS. `None`:
     /// every address is loopback (development; plaintext allowed).
     pub fn requires_tls(&self) -> Option<String> {
-        if !is_loopback_authority(&self.pool.remote) {
+        if self.pool.remotes.is_empty() && !is_loopback_authority(&self.pool.remote) {
             return Some(format!(
                 "pool.remote {} is not a loopback address",
                 self.pool.remote
             ));
+        }
+        if let Some(r) = self.pool.remotes.iter().find(|r| !is_loopback_authority(r)) {
+            return Some(format!("pool.remotes {r} is not a loopback address"));
         }
         let mut addrs = vec![("listen", self.listen)];
         if let Some(t) = &self.transparent {
@@ -441,6 +495,7 @@ impl EdgeConfig {
             max_header_bytes: self.max_header_bytes,
             max_pipeline: self.max_pipeline,
             idle_timeout: Duration::from_millis(self.client_idle_timeout_ms),
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
             connect_reply: self.connect_reply,
             connect_ports: self.connect_ports.clone(),
             allowed_clients: self.allowed_clients.clone(),
@@ -471,13 +526,18 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:3128");
         assert_eq!(c.pool.remote, "127.0.0.1:4443");
+        assert_eq!(c.connect_ports, vec![443]);
+        assert_eq!(c.settings().header_timeout, Duration::from_secs(10));
+        let c: EdgeConfig = toml::from_str("connect_ports = []\nheader_timeout_ms = 0").unwrap();
+        assert!(c.connect_ports.is_empty());
+        assert!(c.validate().unwrap_err().contains("header_timeout_ms"));
     }
 
     #[test]
     fn unknown_keys_are_rejected() {
         let e = toml::from_str::<EdgeConfig>("listn = \"127.0.0.1:1\"").unwrap_err();
         assert!(e.to_string().contains("unknown field"), "{e}");
-        let e = toml::from_str::<EdgeConfig>("[pool]\nremotes = \"a:1\"").unwrap_err();
+        let e = toml::from_str::<EdgeConfig>("[pool]\nremots = [\"a:1\"]").unwrap_err();
         assert!(e.to_string().contains("unknown field"), "{e}");
     }
 
@@ -529,6 +589,33 @@ mod tests {
         }
         assert!(!is_loopback_authority("localhost.example:4443"));
         assert!(EdgeConfig::default().requires_tls().is_none());
+    }
+
+    #[test]
+    fn several_remotes() {
+        let c = EdgeConfig::default();
+        assert_eq!(c.pool.remote_list(), vec!["127.0.0.1:4443".to_string()]);
+        let c: EdgeConfig =
+            toml::from_str("[pool]\nremotes = [\"127.0.0.1:4443\", \"[::1]:4444\"]").unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.pool.remote_list().len(), 2);
+        assert!(c.requires_tls().is_none());
+        let c: EdgeConfig =
+            toml::from_str("[pool]\nremote = \"127.0.0.1:1\"\nremotes = [\"127.0.0.1:2\"]")
+                .unwrap();
+        assert!(c.validate().unwrap_err().contains("both set"));
+        let c: EdgeConfig =
+            toml::from_str("[pool]\nremotes = [\"127.0.0.1:2\", \"127.0.0.1:2\"]").unwrap();
+        assert!(c.validate().unwrap_err().contains("twice"));
+        let c: EdgeConfig = toml::from_str("[pool]\nremotes = [\"127.0.0.1:2\", \"x\"]").unwrap();
+        assert!(c.validate().unwrap_err().contains("pool.remotes"));
+        let c: EdgeConfig =
+            toml::from_str("[pool]\nremotes = [\"127.0.0.1:2\", \"192.0.2.1:4443\"]").unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(
+            e.contains("pool.remotes 192.0.2.1:4443 is not a loopback"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub enum EdgeError {
     /// The header section is over the configured limit.
     #[error("request header section too large: {0}")]
     HeaderTooLarge(String),
+    /// The client did not send a whole request head within the header-read timeout (slowloris).
+    #[error("request head not received in time: {0}")]
+    HeaderTimeout(String),
     /// The client's address is not in an allowed network.
     #[error("client {0} is not allowed to use this proxy")]
     ForbiddenClient(std::net::IpAddr),
@@ -52,6 +55,7 @@ impl EdgeError {
         match self {
             EdgeError::BadRequest(_) => 400,
             EdgeError::HeaderTooLarge(_) => 431,
+            EdgeError::HeaderTimeout(_) => 408,
             EdgeError::ForbiddenClient(_) | EdgeError::ForbiddenTarget(_) => 403,
             EdgeError::Unavailable(_)
             | EdgeError::DnsFailed(_)
@@ -66,6 +70,7 @@ impl EdgeError {
         match self {
             EdgeError::BadRequest(_) => "bad-request",
             EdgeError::HeaderTooLarge(_) => "header-too-large",
+            EdgeError::HeaderTimeout(_) => "header-timeout",
             EdgeError::ForbiddenClient(_) => "forbidden-client",
             EdgeError::ForbiddenTarget(_) => "forbidden-target",
             EdgeError::Unavailable(_) => "remote-unavailable",
@@ -110,6 +115,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         200 => "OK",
         400 => "Bad Request",
         403 => "Forbidden",
+        408 => "Request Timeout",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         502 => "Bad Gateway",
@@ -190,6 +196,7 @@ mod tests {
             (EdgeError::HeaderTooLarge("x".into()), 431),
             (EdgeError::ForbiddenClient([10, 0, 0, 1].into()), 403),
             (EdgeError::ForbiddenTarget("x".into()), 403),
+            (EdgeError::HeaderTimeout("x".into()), 408),
             (EdgeError::DnsFailed("x".into()), 502),
             (EdgeError::ConnectFailed("x".into()), 502),
             (EdgeError::Timeout("x".into()), 504),

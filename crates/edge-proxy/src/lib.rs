@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod notify;
 pub mod pool_transport;
 pub mod reload;
+pub mod remotes;
 pub mod server;
 pub mod target;
 pub mod transport;

@@ -34,9 +34,9 @@ struct Args {
     /// Explicit proxy listen address.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Remote proxy host:port.
+    /// Remote proxy host:port; repeat for several remotes (replaces pool.remote/pool.remotes).
     #[arg(long)]
-    remote: Option<String>,
+    remote: Vec<String>,
     /// Number of pool connections.
     #[arg(long)]
     connections: Option<usize>,
@@ -52,6 +52,9 @@ struct Args {
     /// Also listen here for iptables-REDIRECTed connections.
     #[arg(long)]
     transparent: Option<SocketAddr>,
+    /// Ports CONNECT may reach, comma-separated (`443,8443`), or `any`; replaces connect_ports.
+    #[arg(long, value_name = "PORTS", value_parser = parse_ports)]
+    connect_ports: Option<PortList>,
     /// Client network allowed to use the proxy (repeatable; replaces the configured list).
     #[arg(long = "allow-client")]
     allow_client: Vec<IpNet>,
@@ -77,6 +80,23 @@ struct Args {
     metrics_listen: Option<SocketAddr>,
 }
 
+/// A `--connect-ports` value (empty = any port).
+#[derive(Debug, Clone)]
+struct PortList(Vec<u16>);
+
+fn parse_ports(s: &str) -> Result<PortList, String> {
+    if s == "any" {
+        return Ok(PortList(Vec::new()));
+    }
+    s.split(',')
+        .map(|p| match p.trim().parse::<u16>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("{p:?} is not a port (1-65535) or `any`")),
+        })
+        .collect::<Result<_, _>>()
+        .map(PortList)
+}
+
 #[derive(Debug, clap::Subcommand)]
 enum Cmd {
     /// Make a deployment CA and edge/remote certificates for the pool's mutual TLS.
@@ -97,8 +117,16 @@ fn load(args: &Args) -> anyhow::Result<EdgeConfig> {
     if let Some(v) = args.listen {
         cfg.listen = v;
     }
-    if let Some(v) = &args.remote {
-        cfg.pool.remote = v.clone();
+    match args.remote.as_slice() {
+        [] => {}
+        [one] => {
+            cfg.pool.remote = one.clone();
+            cfg.pool.remotes.clear();
+        }
+        many => {
+            cfg.pool.remote = edge_proxy::config::DEFAULT_REMOTE.into();
+            cfg.pool.remotes = many.to_vec();
+        }
     }
     if let Some(v) = args.connections {
         cfg.pool.connections = v;
@@ -126,6 +154,9 @@ fn load(args: &Args) -> anyhow::Result<EdgeConfig> {
                 })
             }
         }
+    }
+    if let Some(p) = &args.connect_ports {
+        cfg.connect_ports = p.0.clone();
     }
     if !args.allow_client.is_empty() {
         cfg.allowed_clients = args.allow_client.clone();
@@ -266,16 +297,15 @@ async fn run(
     let tls = tls_client(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
     let metrics = edge_proxy::metrics::start(&cfg.metrics).await?;
     let pool = start_pool(&cfg, tls.clone())?;
-    {
-        let p = pool.clone();
-        edge_proxy::metrics::global()
-            .add_pool(cfg.pool.remote.clone(), Arc::new(move || p.stats()));
+    for r in pool.remotes() {
+        let p = r.pool.clone();
+        edge_proxy::metrics::global().add_pool(r.name.clone(), Arc::new(move || p.stats()));
     }
     tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread, log));
     tracing::info!(
         listen = %cfg.listen,
         transparent = ?cfg.transparent.as_ref().map(|t| t.listen),
-        remote = %cfg.pool.remote,
+        remotes = ?cfg.pool.remote_list(),
         connections = cfg.pool.connections,
         tls = cfg.pool.tls.is_some(),
         mode = ?cfg.mode(),
@@ -287,7 +317,7 @@ async fn run(
     {
         tracing::info!("pool connected");
     } else {
-        tracing::warn!(remote = %cfg.pool.remote, "no pool connection yet; requests get 502 until one is up");
+        tracing::warn!(remotes = ?cfg.pool.remote_list(), "no pool connection yet; requests get 502 until one is up");
     }
     edge_proxy::notify::spawn_watchdog();
     edge_proxy::notify::ready(&format!(

@@ -13,6 +13,7 @@ use pool::tls::{TlsClient, TlsDialer};
 use pool::{ErrorCode, Kind, MuxStream, Pool, PoolConfig, PoolError, SocketOptions};
 
 use crate::config::{EdgeConfig, LinkConfig, PolicyName};
+use crate::remotes::{Remote, Remotes};
 use crate::transport::{FarCode, FarFailure, OpenError, StreamKind, Transport};
 
 impl Transport for Pool {
@@ -100,26 +101,36 @@ pub fn tls_client(cfg: &EdgeConfig) -> Result<Option<Arc<TlsClient>>, String> {
         .map_err(|e| format!("pool.tls: {e}"))
 }
 
-/// Starts the edge's pool: TLS over TCP when `tls` is given, plaintext TCP otherwise.
-pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Pool, PoolError> {
-    let pc = pool_config(cfg);
-    match tls {
-        Some(tls) => {
-            let dialer = Arc::new(TlsDialer {
-                remote: pc.remote.clone(),
-                opts: pc.socket.clone(),
-                tls,
-            });
-            Pool::start_with_dialer(pc, dialer)
-        }
-        None => Pool::try_start(pc),
+/// Starts the edge's pools, one per remote (`pool.remotes`, or the single `pool.remote`): TLS
+/// over TCP when `tls` is given, plaintext TCP otherwise.
+pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Remotes, PoolError> {
+    let mut remotes = Vec::new();
+    for name in cfg.pool.remote_list() {
+        let pc = PoolConfig {
+            remote: name.clone(),
+            ..pool_config(cfg)
+        };
+        let pool = match &tls {
+            Some(tls) => {
+                let dialer = Arc::new(TlsDialer {
+                    remote: pc.remote.clone(),
+                    opts: pc.socket.clone(),
+                    tls: tls.clone(),
+                });
+                Pool::start_with_dialer(pc, dialer)?
+            }
+            None => Pool::try_start(pc)?,
+        };
+        remotes.push(Remote { name, pool });
     }
+    Ok(Remotes::new(remotes))
 }
 
-/// The pool configuration of an edge.
+/// The pool configuration of an edge, for its first remote (every remote's pool is configured
+/// alike but for `remote`).
 pub fn pool_config(cfg: &EdgeConfig) -> PoolConfig {
     PoolConfig {
-        remote: cfg.pool.remote.clone(),
+        remote: cfg.pool.remote_list().swap_remove(0),
         connections: cfg.pool.connections,
         policy: policy(cfg.pool.policy),
         socket: socket_options(&cfg.pool.congestion),

@@ -14,7 +14,7 @@ use crate::carrier::{Dialer, TcpDialer};
 use crate::config::PoolConfig;
 use crate::driver::run_lane;
 use crate::shared::Shared;
-use crate::stats::{collect, ConnStats, LaneState};
+use crate::stats::{collect, load, ConnStats, LaneState, PoolLoad};
 use crate::stream::MuxStream;
 use crate::PoolError;
 
@@ -163,6 +163,12 @@ impl Pool {
         let mut out = Vec::new();
         self.shared.op(|i| collect(i, &mut out));
         out
+    }
+
+    /// Up connections, outstanding bytes and open streams, cheaply (for choosing between the
+    /// pools of several remotes; [`Pool::stats`] has the per-connection detail).
+    pub fn load(&self) -> PoolLoad {
+        self.shared.op(|i| load(i))
     }
 
     /// The pool session id carried in every connection's HELLO.

@@ -75,7 +75,7 @@ pub use config::*;
 pub use edge::Pool;
 pub use mux::{ErrorCode, Kind, Policy};
 pub use server::Server;
-pub use stats::{ConnStats, LaneState};
+pub use stats::{ConnStats, LaneState, PoolLoad};
 pub use stream::{MuxStream, ResetWatch};
 
 /// A stream opened by an edge, as the server yields it. The OPEN's first

@@ -52,6 +52,32 @@ pub struct ConnStats {
     pub reconnects: u64,
 }
 
+/// A cheap summary of a pool for choosing between several pools (no system calls: the kernel
+/// send queues are the values the drivers last reported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolLoad {
+    /// Connections that completed HELLO and are not closing.
+    pub up: usize,
+    /// Sum over the up connections of queued + kernel send-queue bytes.
+    pub outstanding: u64,
+    /// Open streams.
+    pub streams: usize,
+}
+
+pub(crate) fn load(i: &Inner) -> PoolLoad {
+    let mut l = PoolLoad {
+        streams: i.session.stream_count(),
+        ..PoolLoad::default()
+    };
+    for c in i.session.connections() {
+        if c.state == mux::ConnState::Up {
+            l.up += 1;
+            l.outstanding += c.queued + c.kernel;
+        }
+    }
+    l
+}
+
 pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
     let session = i.session.session_id();
     let snaps = i.session.connections();

@@ -3,8 +3,11 @@
 //! Every key has a `DEFAULT_*` constant; unknown keys are rejected; [`RemoteConfig::validate`]
 //! checks ranges and the development-mode rule (loopback only). It does NOT open sockets.
 
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+
+use ipnet::IpNet;
 
 use edge_proxy::config::{LinkConfig, LogFormat, Mode, TlsSection};
 use serde::{Deserialize, Serialize};
@@ -36,6 +39,13 @@ pub struct RemoteConfig {
     /// Let origins on loopback/private/link-local addresses be reached. Absent: true in
     /// development mode, false in production.
     pub allow_private_targets: Option<bool>,
+    /// Networks origins may be reached in whatever their class (for example an internal
+    /// origin network `10.20.0.0/16`); a metadata address must be listed exactly (`/32`,
+    /// `/128`). Default: empty.
+    pub allowed_targets: Vec<IpNet>,
+    /// Static name → addresses answers consulted before DNS (`[hosts]` table, like
+    /// `/etc/hosts` for this process only); the address policy applies to them. Default: empty.
+    pub hosts: BTreeMap<String, Vec<IpAddr>>,
     /// Origin TCP connect timeout, ms (expiry: 504).
     pub origin_connect_timeout_ms: u64,
     /// Wait for an origin's response head, ms (expiry: 504).
@@ -72,6 +82,8 @@ impl Default for RemoteConfig {
             mode: None,
             listen: DEFAULT_REMOTE_LISTEN.parse().expect("valid default"),
             allow_private_targets: None,
+            allowed_targets: Vec::new(),
+            hosts: BTreeMap::new(),
             origin_connect_timeout_ms: DEFAULT_ORIGIN_CONNECT_TIMEOUT_MS,
             origin_timeout_ms: DEFAULT_ORIGIN_TIMEOUT_MS,
             origin_idle_timeout_ms: DEFAULT_ORIGIN_IDLE_TIMEOUT_MS,
@@ -149,6 +161,14 @@ impl RemoteConfig {
                 self.max_header_bytes
             ));
         }
+        for (name, ips) in &self.hosts {
+            if ips.is_empty() {
+                return Err(format!("hosts.{name:?} lists no address"));
+            }
+            if name.is_empty() || name.parse::<IpAddr>().is_ok() {
+                return Err(format!("hosts key {name:?} must be a host name"));
+            }
+        }
         self.link.validate()
     }
 
@@ -169,6 +189,12 @@ impl RemoteConfig {
             allow_private: self
                 .allow_private_targets
                 .unwrap_or(self.mode() == Mode::Development),
+            allowed_targets: self.allowed_targets.clone(),
+            hosts: self
+                .hosts
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                .collect(),
         }
     }
 
@@ -201,6 +227,26 @@ mod tests {
         .unwrap();
         p.validate().unwrap();
         assert!(!p.policy().allow_private);
+    }
+
+    #[test]
+    fn allowed_targets_and_hosts() {
+        let c: RemoteConfig = toml::from_str(
+            "mode = \"production\"\nallowed_targets = [\"10.20.0.0/16\"]\n\
+             [hosts]\n\"Origin.Test\" = [\"127.0.0.1\", \"::1\"]",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let p = c.policy();
+        assert!(!p.allow_private);
+        assert_eq!(
+            p.allowed_targets,
+            vec!["10.20.0.0/16".parse::<IpNet>().unwrap()]
+        );
+        assert_eq!(p.hosts["origin.test"].len(), 2);
+        let c: RemoteConfig = toml::from_str("[hosts]\n\"a.test\" = []").unwrap();
+        assert!(c.validate().unwrap_err().contains("a.test"));
+        assert!(toml::from_str::<RemoteConfig>("allowed_targets = [\"10.0.0.0/33\"]").is_err());
     }
 
     #[test]

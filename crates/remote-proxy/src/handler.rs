@@ -14,6 +14,7 @@
 //! It does NOT accept pool connections (see the binary) or parse anything inside tunnels.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -74,23 +75,30 @@ pub struct Settings {
     pub max_header_bytes: usize,
 }
 
+/// Largest read buffer of one origin connection, bytes (hyper's default is ~400 KiB). A reply
+/// whose edge reader is slow holds at most this plus its stream window here, so 64 KiB keeps
+/// thousands of stalled replies cheap while one read still moves a whole window's quarter.
+pub const DEFAULT_ORIGIN_READ_BUFFER: usize = 64 * 1024;
+
 /// State shared by all streams.
 pub struct Ctx {
     client: Client<HttpConnector<PolicyResolver>, ReqBody>,
-    policy: TargetPolicy,
+    policy: Arc<TargetPolicy>,
     settings: Settings,
 }
 
 impl Ctx {
     /// Builds the origin client.
     pub fn new(policy: TargetPolicy, settings: Settings) -> Ctx {
-        let mut connector = HttpConnector::new_with_resolver(PolicyResolver(policy));
+        let policy = Arc::new(policy);
+        let mut connector = HttpConnector::new_with_resolver(PolicyResolver(policy.clone()));
         connector.set_connect_timeout(Some(settings.connect_timeout));
         connector.set_nodelay(true);
         connector.enforce_http(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(settings.origin_idle_timeout)
             .pool_max_idle_per_host(settings.origin_max_idle_per_host)
+            .http1_max_buf_size(DEFAULT_ORIGIN_READ_BUFFER)
             .build(connector);
         Ctx {
             client,

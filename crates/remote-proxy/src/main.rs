@@ -217,6 +217,8 @@ async fn run(
         mode = ?cfg.mode(),
         tls = cfg.tls.is_some(),
         allow_private_targets = policy.allow_private,
+        allowed_targets = ?policy.allowed_targets,
+        static_hosts = policy.hosts.len(),
         "remote-proxy starting"
     );
     let ctx = Arc::new(Ctx::new(policy, cfg.settings()));

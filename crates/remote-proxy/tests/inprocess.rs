@@ -235,7 +235,10 @@ async fn pair_with(
 ) -> Pair {
     let origin = origin().await;
     let ctx = Arc::new(Ctx::new(
-        TargetPolicy { allow_private },
+        TargetPolicy {
+            allow_private,
+            ..TargetPolicy::default()
+        },
         handler::Settings {
             connect_timeout: Duration::from_secs(2),
             origin_timeout: Duration::from_millis(800),
@@ -253,6 +256,7 @@ async fn pair_with(
         max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
         max_pipeline: 16,
         idle_timeout: Duration::from_secs(10),
+        header_timeout: Duration::from_secs(10),
         connect_reply: ConnectReply::Optimistic,
         connect_ports: Vec::new(),
         allowed_clients: vec!["127.0.0.0/8".parse().unwrap()],

@@ -197,6 +197,9 @@ pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
         remote_addr.to_string(),
         "--connections".into(),
         "2".into(),
+        // Test origins listen on ephemeral ports.
+        "--connect-ports".into(),
+        "any".into(),
     ];
     eargs.extend(edge_args.iter().map(|s| s.to_string()));
     let edge = spawn(&edge_bin(), &eargs, dir.path().join("edge.log"));

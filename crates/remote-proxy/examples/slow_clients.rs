@@ -1,0 +1,194 @@
+//! Measures what slow clients cost everyone else: the p99 latency of normal requests through an
+//! edge → pool → remote → origin chain on loopback, first alone, then while 1000 slowloris
+//! clients (one head byte per second, reconnecting after their 408) hold the edge busy.
+//! Both phases run side by side in one process, so the ratio is comparable across machines;
+//! the absolute figures are not.
+//!
+//! ```text
+//! cargo run --release -p remote-proxy --example slow_clients [-- SLOW REQUESTS]
+//! ```
+//! Prints one line per phase and `p99 ratio (with slow / without): R`; the target is R ≤ 1.10.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use edge_proxy::config::EdgeConfig;
+use edge_proxy::pool_transport::start_pool;
+use edge_proxy::server::{self, Interception, Listeners};
+use remote_proxy::config::RemoteConfig;
+use remote_proxy::handler::Ctx;
+use remote_proxy::pool_glue::{self, server_config};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Normal clients sending requests at once.
+const NORMAL_CLIENTS: usize = 8;
+
+async fn origin() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut seen = Vec::new();
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                    while let Some(p) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..p + 4);
+                        // Head and body in one write (two small writes would meet Nagle).
+                        let mut reply = b"HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n".to_vec();
+                        reply.resize(reply.len() + 1024, b'x');
+                        if s.write_all(&reply).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// One keep-alive client sending `n` requests; returns each request's latency.
+async fn normal_client(edge: SocketAddr, origin: SocketAddr, n: usize) -> Vec<Duration> {
+    let mut s = TcpStream::connect(edge).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let req = format!("GET http://{origin}/ HTTP/1.1\r\nHost: {origin}\r\n\r\n");
+    let mut out = Vec::with_capacity(n);
+    let mut buf = vec![0u8; 8192];
+    for _ in 0..n {
+        let t = Instant::now();
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        // The reply is a head plus exactly 1024 bytes.
+        loop {
+            let k = s.read(&mut buf).await.unwrap();
+            assert!(k > 0, "edge closed a normal client");
+            got.extend_from_slice(&buf[..k]);
+            if let Some(p) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                if got.len() >= p + 4 + 1024 {
+                    break;
+                }
+            }
+        }
+        out.push(t.elapsed());
+    }
+    out
+}
+
+/// A slowloris: one byte a second, a new connection after each 408 or close.
+async fn slow_client(edge: SocketAddr, stop: Arc<AtomicBool>) {
+    let head = b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nX-Slow: 1\r\n\r\n";
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(mut s) = TcpStream::connect(edge).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        for b in head {
+            if stop.load(Ordering::Relaxed) || s.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+async fn phase(edge: SocketAddr, origin: SocketAddr, requests: usize) -> Vec<Duration> {
+    let per = requests / NORMAL_CLIENTS;
+    let tasks: Vec<_> = (0..NORMAL_CLIENTS)
+        .map(|_| tokio::spawn(normal_client(edge, origin, per)))
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort();
+    all
+}
+
+fn pct(v: &[Duration], p: f64) -> Duration {
+    v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let slow: usize = args.next().map_or(1000, |a| a.parse().expect("SLOW"));
+    let requests: usize = args.next().map_or(20_000, |a| a.parse().expect("REQUESTS"));
+
+    // The proxies and the origin on one runtime, the load on another.
+    let proxies = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let edge = proxies.block_on(async {
+        let rcfg = RemoteConfig::default();
+        let server = pool::Server::bind("127.0.0.1:0".parse().unwrap(), server_config(&rcfg))
+            .await
+            .unwrap();
+        let mut ecfg = EdgeConfig::default();
+        ecfg.pool.remote = server.local_addr().to_string();
+        let ctx = Arc::new(Ctx::new(rcfg.policy(), rcfg.settings()));
+        tokio::spawn(pool_glue::run(
+            server,
+            ctx,
+            std::future::pending(),
+            Duration::from_secs(1),
+        ));
+        let pool = start_pool(&ecfg, None).unwrap();
+        assert!(pool.ready(Duration::from_secs(5)).await, "pool not up");
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let edge = proxy.local_addr().unwrap();
+        tokio::spawn(server::run(
+            pool,
+            ecfg.settings(),
+            Listeners {
+                proxy,
+                transparent: None,
+            },
+            Interception::Redirect,
+            std::future::pending(),
+            Duration::from_secs(1),
+        ));
+        edge
+    });
+    let origin = proxies.block_on(origin());
+
+    let load = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    load.block_on(async {
+        phase(edge, origin, requests / 10).await; // warm-up
+        let base = phase(edge, origin, requests).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let slows: Vec<_> = (0..slow)
+            .map(|_| tokio::spawn(slow_client(edge, stop.clone())))
+            .collect();
+        tokio::time::sleep(Duration::from_secs(2)).await; // all connected and dribbling
+        let with = phase(edge, origin, requests).await;
+        stop.store(true, Ordering::Relaxed);
+        for s in slows {
+            s.abort();
+        }
+        for (name, v) in [
+            ("without slow clients", &base),
+            ("with slow clients", &with),
+        ] {
+            println!(
+                "{name:>22}: {} requests, p50 {:?}, p99 {:?}",
+                v.len(),
+                pct(v, 0.50),
+                pct(v, 0.99)
+            );
+        }
+        let ratio = pct(&with, 0.99).as_secs_f64() / pct(&base, 0.99).as_secs_f64();
+        println!("p99 ratio (with {slow} slow / without): {ratio:.3}");
+    });
+}

@@ -1,0 +1,364 @@
+//! Production hardening with real processes on loopback: refused targets (a name that resolves
+//! to 127.0.0.1, literal private addresses), several remotes (streams spread over both, one
+//! killed: requests keep succeeding; restarted: the edge reconnects and uses it again), slow
+//! clients (header-read timeout, 1000 of them beside a normal client), and memory bounded while
+//! 100 clients never read their replies.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The tests of this file run one at a time: the restart test frees a remote's port for a
+/// moment, and a parallel test's `free_port` could hand it to another remote.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An origin answering every request with a short body.
+fn small_origin() -> SocketAddr {
+    scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+    })
+}
+
+fn get(edge: SocketAddr, url: &str) -> (u16, String, Vec<u8>) {
+    raw_request(
+        edge,
+        format!("GET {url} HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// Waits until `f` holds, at most `limit`.
+fn wait_for(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn count(text: &str, needle: &str) -> usize {
+    text.matches(needle).count()
+}
+
+#[test]
+fn names_resolving_to_loopback_and_private_literals_are_refused_in_production() {
+    let _serial = serial();
+    let origin = small_origin();
+    let port = origin.port();
+    let hosts = "mode = \"production\"\n[hosts]\n\"origin.test\" = [\"127.0.0.1\"]\n";
+    let pair = start_pair(hosts, &["--connect-reply", "after-connect"]);
+
+    let (st, head, body) = get(pair.edge_addr, &format!("http://origin.test:{port}/"));
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(st, 403, "{head}{body}");
+    assert_eq!(header(&head, "x-longhaul-error"), Some("forbidden-target"));
+    assert!(body.contains("127.0.0.1: loopback address"), "{body}");
+
+    // A tunnel to the same name: the remote resets it FORBIDDEN, the edge answers 403.
+    let (st, head, _) = raw_request(
+        pair.edge_addr,
+        format!("CONNECT origin.test:{port} HTTP/1.1\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(st, 403, "{head}");
+
+    // Literal addresses of each refused kind never reach a socket.
+    for url in [
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://[::ffff:127.0.0.1]:{port}/"),
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+        "http://10.1.2.3/".to_string(),
+        "http://[fd00:ec2::254]/".to_string(),
+    ] {
+        let (st, head, _) = get(pair.edge_addr, &url);
+        assert_eq!(st, 403, "{url}: {head}");
+        assert_eq!(header(&head, "x-longhaul-error"), Some("forbidden-target"));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let remote_log = pair.remote.log_text();
+    let edge_log = pair.edge.log_text();
+    assert!(
+        count(&remote_log, "forbidden-target") >= 7,
+        "remote logs each refusal:\n{remote_log}"
+    );
+    assert!(
+        count(&edge_log, "forbidden-target") >= 7,
+        "edge logs each refusal:\n{edge_log}"
+    );
+
+    // The same name is reachable once its network is allowed: the refusal was the policy's.
+    let allowed = hosts.replacen(
+        "[hosts]",
+        "allowed_targets = [\"127.0.0.1/32\"]\n[hosts]",
+        1,
+    );
+    let pair = start_pair(&allowed, &[]);
+    let (st, head, body) = get(pair.edge_addr, &format!("http://origin.test:{port}/"));
+    assert_eq!((st, body.as_slice()), (200, &b"ok"[..]), "{head}");
+}
+
+fn spawn_remote(dir: &std::path::Path, name: &str, addr: SocketAddr) -> Proc {
+    let p = spawn(
+        &remote_bin(),
+        &["--listen".into(), addr.to_string()],
+        dir.join(format!("{name}.log")),
+    );
+    wait_port(addr, Duration::from_secs(10));
+    p
+}
+
+fn access_lines(p: &Proc) -> usize {
+    p.log_text()
+        .lines()
+        .filter(|l| l.contains("access") && l.contains("status=200"))
+        .count()
+}
+
+#[test]
+fn two_remotes_share_streams_fail_over_and_recover() {
+    let _serial = serial();
+    let origin = small_origin();
+    let url = format!("http://{origin}/");
+    let dir = tempfile::tempdir().unwrap();
+    let a: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let b: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let ra = spawn_remote(dir.path(), "a", a);
+    let rb = spawn_remote(dir.path(), "b", b);
+    let edge_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let edge = spawn(
+        &edge_bin(),
+        &[
+            "--listen".into(),
+            edge_addr.to_string(),
+            "--remote".into(),
+            a.to_string(),
+            "--remote".into(),
+            b.to_string(),
+            "--connections".into(),
+            "2".into(),
+        ],
+        dir.path().join("edge.log"),
+    );
+    wait_port(edge_addr, Duration::from_secs(10));
+    wait_for(Duration::from_secs(10), "both remotes up", || {
+        count(&edge.log_text(), "remote up") >= 2
+    });
+
+    let t0 = Instant::now();
+    // Both up: streams land on both.
+    for _ in 0..20 {
+        let (st, head, _) = get(edge_addr, &url);
+        assert_eq!(st, 200, "{head}");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let (on_a, on_b) = (access_lines(&ra), access_lines(&rb));
+    assert_eq!(on_a + on_b, 20, "a {on_a}, b {on_b}");
+    assert!(on_a >= 5 && on_b >= 5, "spread: a {on_a}, b {on_b}");
+
+    eprintln!("both up, 20 requests: {:?}", t0.elapsed());
+    // A killed: every request keeps succeeding via B.
+    let a_pid = ra.pid();
+    drop(ra);
+    assert!(
+        !std::path::Path::new(&format!("/proc/{a_pid}")).exists(),
+        "remote A is gone"
+    );
+    for i in 0..20 {
+        let (st, head, _) = get(edge_addr, &url);
+        assert_eq!(st, 200, "request {i} after A died: {head}");
+    }
+    wait_for(Duration::from_secs(5), "the edge to log A down", || {
+        edge.log_text()
+            .lines()
+            .any(|l| l.contains("remote down") && l.contains(&a.to_string()))
+    });
+
+    eprintln!("A killed, 20 requests, down logged: {:?}", t0.elapsed());
+    // A restarted on the same address: the edge re-dials with backoff and uses it again.
+    let ra = spawn_remote(dir.path(), "a2", a);
+    let up_again = Instant::now();
+    while edge
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("remote up") && l.contains(&a.to_string()))
+        .count()
+        < 2
+    {
+        assert!(
+            up_again.elapsed() < Duration::from_secs(20),
+            "the edge did not log A up again:\n{}",
+            edge.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("A up again: {:?}", t0.elapsed());
+    for _ in 0..20 {
+        let (st, head, _) = get(edge_addr, &url);
+        assert_eq!(st, 200, "{head}");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        access_lines(&ra) >= 5,
+        "restarted remote serves again:\n{}",
+        ra.log_text()
+    );
+    drop(rb);
+}
+
+#[test]
+fn slow_clients_get_408_without_blocking_a_normal_client() {
+    let _serial = serial();
+    let origin = small_origin();
+    let url = format!("http://{origin}/");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("edge.toml");
+    std::fs::write(&cfg, "header_timeout_ms = 1500\n").unwrap();
+    let pair = start_pair("", &["--config", cfg.to_str().unwrap()]);
+
+    // 1000 clients that sent part of a head and stall.
+    let mut slow: Vec<TcpStream> = (0..1000)
+        .map(|_| {
+            let mut s = TcpStream::connect(pair.edge_addr).unwrap();
+            s.write_all(b"GET http://example.com/ HTTP/1.1\r\nHost: exa")
+                .unwrap();
+            s
+        })
+        .collect();
+    // A slowloris: one byte every 200 ms, for longer than the timeout.
+    let mut loris = TcpStream::connect(pair.edge_addr).unwrap();
+    let mut w = loris.try_clone().unwrap();
+    let dripper = std::thread::spawn(move || {
+        for b in b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n" {
+            if w.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    // Meanwhile a normal client is served.
+    let (st, head, body) = get(pair.edge_addr, &url);
+    assert_eq!((st, body.as_slice()), (200, &b"ok"[..]), "{head}");
+
+    loris
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = loris.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 408 "), "{text}");
+    assert_eq!(header(&text, "x-longhaul-error"), Some("header-timeout"));
+    dripper.join().unwrap();
+
+    // Every stalled client gets its 408 too, and the edge stays healthy.
+    for s in &mut slow {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        assert!(out.starts_with(b"HTTP/1.1 408 "));
+    }
+    let (st, _, _) = get(pair.edge_addr, &url);
+    assert_eq!(st, 200);
+    let log = pair.edge.log_text();
+    assert!(
+        count(&log, "request head not complete within the header timeout") >= 1001,
+        "one log line per slow client"
+    );
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[test]
+fn memory_stays_bounded_with_100_streams_whose_readers_never_read() {
+    let _serial = serial();
+    // An origin that offers 1 GB to each request and writes as fast as it is allowed to.
+    let written = Arc::new(AtomicU64::new(0));
+    let w = written.clone();
+    let origin = scripted_origin(move |mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n");
+        let chunk = vec![b'x'; 64 * 1024];
+        while s.write_all(&chunk).is_ok() {
+            w.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+    });
+    // A small link: 64 KiB stream windows.
+    let pair = start_pair(
+        "[link]\nrtt_ms = 10\nrate_mbit = 10\n",
+        &["--link-rtt-ms", "10", "--link-rate-mbit", "10"],
+    );
+    let url = format!("http://{origin}/");
+    let _ = get(pair.edge_addr, &format!("http://{}/", small_origin()));
+    let (edge0, remote0) = (rss_kib(pair.edge.pid()), rss_kib(pair.remote.pid()));
+
+    let clients: Vec<TcpStream> = (0..100)
+        .map(|_| {
+            let mut s = TcpStream::connect(pair.edge_addr).unwrap();
+            s.write_all(format!("GET {url} HTTP/1.1\r\n\r\n").as_bytes())
+                .unwrap();
+            s
+        })
+        .collect();
+    // Let every buffer on the way fill up: the origin's writes stop once each stream's
+    // window and the socket buffers on the way are full.
+    let start = Instant::now();
+    let mut last = written.load(Ordering::Relaxed);
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = written.load(Ordering::Relaxed);
+        if now == last && now > 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the origin never stopped writing ({now} B)"
+        );
+        last = now;
+    }
+    let (edge1, remote1) = (rss_kib(pair.edge.pid()), rss_kib(pair.remote.pid()));
+    std::thread::sleep(Duration::from_secs(1));
+    let (edge2, remote2) = (rss_kib(pair.edge.pid()), rss_kib(pair.remote.pid()));
+    eprintln!(
+        "origin wrote {last} B in total; edge RSS {edge0} -> {edge1} -> {edge2} KiB, \
+         remote RSS {remote0} -> {remote1} -> {remote2} KiB"
+    );
+    // Data flowed into every stream (more than one window each), and stopped far below the
+    // 100 GB offered: the readers' backpressure reached the origin.
+    assert!(last > 100 * 64 * 1024, "origin wrote only {last} B");
+    assert!(
+        last < 100 * 32 * 1024 * 1024,
+        "origin wrote {last} B before stopping"
+    );
+    // Each process holds at most windows and fixed buffers: 100 x 64 KiB windows plus
+    // per-connection buffers is ~20 MiB; 64 MiB leaves room for allocator slack.
+    for (who, before, after) in [
+        ("edge", edge0, edge1.max(edge2)),
+        ("remote", remote0, remote1.max(remote2)),
+    ] {
+        assert!(
+            after.saturating_sub(before) < 64 * 1024,
+            "{who} RSS grew from {before} KiB to {after} KiB"
+        );
+    }
+    drop(clients);
+}
