@@ -50,6 +50,30 @@ pub struct ConnStats {
     pub streams: u32,
     /// Times this slot re-dialed after losing or failing a connection.
     pub reconnects: u64,
+    /// QUIC path statistics (QUIC carrier only).
+    pub quic: Option<crate::quic::QuicConnStats>,
+}
+
+impl ConnStats {
+    /// A slot with no live connection.
+    pub(crate) fn empty(session: u64) -> ConnStats {
+        ConnStats {
+            id: None,
+            session,
+            slot: None,
+            state: LaneState::Connecting,
+            peer: None,
+            local: None,
+            rtt: None,
+            tcp_info: None,
+            queued: 0,
+            kernel: 0,
+            outstanding: 0,
+            streams: 0,
+            reconnects: 0,
+            quic: None,
+        }
+    }
 }
 
 pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
@@ -77,6 +101,7 @@ pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
             outstanding: snap.queued + kernel,
             streams: snap.streams,
             reconnects,
+            quic: None,
         })
     };
     if i.slots.is_empty() {
@@ -100,6 +125,7 @@ pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
                 outstanding: 0,
                 streams: 0,
                 reconnects: s.reconnects,
+                quic: None,
             }));
         }
     }
