@@ -12,7 +12,7 @@ use bytes::Bytes;
 use pool::tls::{TlsClient, TlsDialer};
 use pool::{ErrorCode, Kind, MuxStream, Pool, PoolConfig, PoolError, SocketOptions};
 
-use crate::config::{EdgeConfig, LinkConfig, PolicyName};
+use crate::config::{CarrierName, EdgeConfig, LinkConfig, PolicyName};
 use crate::transport::{FarCode, FarFailure, OpenError, StreamKind, Transport};
 
 impl Transport for Pool {
@@ -98,9 +98,16 @@ pub fn tls_client(cfg: &EdgeConfig) -> Result<Option<Arc<TlsClient>>, String> {
         .map_err(|e| format!("pool.tls: {e}"))
 }
 
-/// Starts the edge's pool: TLS over TCP when `tls` is given, plaintext TCP otherwise.
+/// Starts the edge's pool: QUIC when `pool.carrier = "quic"`, TLS over TCP when `tls` is
+/// given, plaintext TCP otherwise.
 pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Pool, PoolError> {
     let pc = pool_config(cfg);
+    if cfg.pool.carrier == CarrierName::Quic {
+        let tls = tls
+            .ok_or_else(|| PoolError::Config("pool.carrier = \"quic\" needs [pool.tls]".into()))?;
+        let quic = cfg.pool.quic.options(&cfg.link, &cfg.pool.congestion);
+        return Pool::start_quic(pc, tls, quic);
+    }
     match tls {
         Some(tls) => {
             let dialer = Arc::new(TlsDialer {
