@@ -93,6 +93,70 @@ pub enum PolicyName {
     FewestStreams,
 }
 
+/// Transport of the pool connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CarrierName {
+    /// TCP (+ mutual TLS 1.3 off loopback): the default.
+    #[default]
+    Tcp,
+    /// QUIC (mutual TLS 1.3 built in, always required): one QUIC stream per request, so a lost
+    /// packet delays only the streams whose data it carried.
+    Quic,
+}
+
+/// Default QUIC keep-alive period.
+pub const DEFAULT_QUIC_KEEP_ALIVE_MS: u64 = 10_000;
+/// Default QUIC idle timeout: a pool connection silent this long is replaced (black holes).
+pub const DEFAULT_QUIC_IDLE_TIMEOUT_MS: u64 = 30_000;
+
+/// QUIC tuning (`[pool.quic]` on the edge, `[quic]` on the remote); windows come from `[link]`
+/// and the congestion controller from `congestion` (`reno` = NewReno).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuicSection {
+    /// Keep-alive (QUIC PING) period while idle.
+    pub keep_alive_ms: u64,
+    /// Idle timeout: silence this long closes and replaces the connection.
+    pub idle_timeout_ms: u64,
+    /// Initial congestion window in bytes; absent = the controller's default (~14.7 KB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_window: Option<u64>,
+}
+
+impl Default for QuicSection {
+    fn default() -> Self {
+        QuicSection {
+            keep_alive_ms: DEFAULT_QUIC_KEEP_ALIVE_MS,
+            idle_timeout_ms: DEFAULT_QUIC_IDLE_TIMEOUT_MS,
+            initial_window: None,
+        }
+    }
+}
+
+impl QuicSection {
+    /// The pool crate's QUIC options for `link` and congestion control `cc`.
+    pub fn options(&self, link: &LinkConfig, cc: &str) -> pool::quic::QuicOptions {
+        pool::quic::QuicOptions {
+            congestion: cc.parse().unwrap_or_default(),
+            initial_window: self.initial_window,
+            keep_alive: Duration::from_millis(self.keep_alive_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            ..pool::quic::QuicOptions::for_link(
+                Duration::from_millis(u64::from(link.rtt_ms)),
+                u64::from(link.rate_mbit) * 1_000_000,
+            )
+        }
+    }
+
+    /// Checks the values; the error names the key under `key`.
+    pub fn validate(&self, key: &str, link: &LinkConfig) -> Result<(), String> {
+        self.options(link, "bbr")
+            .validate()
+            .map_err(|e| format!("{key}: {e}"))
+    }
+}
+
 /// The long link between edge and remote; windows are sized from its bandwidth-delay product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -232,6 +296,10 @@ pub struct PoolSection {
     pub congestion: String,
     /// Wait at start-up for the first pool connection before accepting clients anyway.
     pub ready_timeout_ms: u64,
+    /// Transport of the pool connections: `tcp` or `quic` (needs `[pool.tls]`).
+    pub carrier: CarrierName,
+    /// QUIC tuning (used when `carrier = "quic"`).
+    pub quic: QuicSection,
     /// Mutual TLS of pool connections; absent = plaintext TCP, allowed only while every
     /// address is loopback (see [`EdgeConfig::requires_tls`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -247,6 +315,8 @@ impl Default for PoolSection {
             policy: PolicyName::LeastOutstanding,
             congestion: DEFAULT_CONGESTION.into(),
             ready_timeout_ms: DEFAULT_READY_TIMEOUT_MS,
+            carrier: CarrierName::Tcp,
+            quic: QuicSection::default(),
             tls: None,
         }
     }
@@ -401,6 +471,17 @@ impl EdgeConfig {
                 }
             }
         }
+        if self.pool.carrier == CarrierName::Quic {
+            if self.pool.tls.is_none() {
+                return Err(
+                    "pool.carrier = \"quic\" needs a [pool.tls] section (cert, key, ca): \
+                            QUIC always runs mutual TLS — `edge-proxy gen-keys --out DIR` makes \
+                            the files"
+                        .into(),
+                );
+            }
+            self.pool.quic.validate("pool.quic", &self.link)?;
+        }
         match (&self.pool.tls, self.requires_tls()) {
             (Some(t), _) => t.validate("pool.tls")?,
             (None, Some(why)) => {
@@ -507,13 +588,6 @@ impl EdgeConfig {
             max_client_connections: self.max_client_connections,
         }
     }
-}
-
-/// Sets up `tracing` output: `RUST_LOG` filters (default `info`), `format` picks text or JSON.
-/// The binaries use [`crate::logging::init`], which also takes `log_level` and can change it
-/// on SIGHUP.
-pub fn init_logging(format: LogFormat) {
-    crate::logging::init(format, crate::logging::DEFAULT_LOG_LEVEL);
 }
 
 #[cfg(test)]

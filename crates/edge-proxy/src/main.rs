@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use edge_proxy::client::ConnectReply;
 use edge_proxy::config::{
-    load_toml, EdgeConfig, LogFormat, PolicyName, TlsSection, TransparentConfig,
+    load_toml, CarrierName, EdgeConfig, LogFormat, PolicyName, TlsSection, TransparentConfig,
 };
 use edge_proxy::pool_transport::{pool_config, start_pool, tls_client};
 use edge_proxy::server::{self, Interception, Listeners};
@@ -46,6 +46,9 @@ struct Args {
     /// TCP congestion control of pool connections (bbr, cubic, reno).
     #[arg(long)]
     congestion: Option<String>,
+    /// Transport of the pool connections (quic needs TLS files).
+    #[arg(long, value_enum)]
+    carrier: Option<CarrierName>,
     /// How CONNECT is answered.
     #[arg(long, value_enum)]
     connect_reply: Option<ConnectReplyArg>,
@@ -136,6 +139,9 @@ fn load(args: &Args) -> anyhow::Result<EdgeConfig> {
     }
     if let Some(v) = &args.congestion {
         cfg.pool.congestion = v.clone();
+    }
+    if let Some(v) = args.carrier {
+        cfg.pool.carrier = v;
     }
     if let Some(v) = args.connect_reply {
         cfg.connect_reply = match v {

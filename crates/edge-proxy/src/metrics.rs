@@ -85,6 +85,10 @@ pub struct Metrics {
     conn_retrans: Family<ConnLabels, Gauge>,
     conn_streams: Family<ConnLabels, Gauge>,
     conn_reconnects: Family<ConnLabels, Gauge>,
+    quic_cwnd: Family<ConnLabels, Gauge>,
+    quic_lost: Family<ConnLabels, Gauge>,
+    quic_sent: Family<ConnLabels, Gauge>,
+    quic_congestion: Family<ConnLabels, Gauge>,
     /// Pools whose connections are read at scrape time, with the label that names each.
     sources: Mutex<Vec<(String, StatsSource)>>,
     /// Serialises scrapes: the per-connection families are cleared and refilled per scrape.
@@ -113,6 +117,10 @@ impl Metrics {
             conn_retrans: Family::default(),
             conn_streams: Family::default(),
             conn_reconnects: Family::default(),
+            quic_cwnd: Family::default(),
+            quic_lost: Family::default(),
+            quic_sent: Family::default(),
+            quic_congestion: Family::default(),
             sources: Mutex::new(Vec::new()),
             scrape: tokio::sync::Mutex::new(()),
             registry: Registry::default(),
@@ -182,6 +190,26 @@ impl Metrics {
             "Times this pool slot re-dialed after losing or failing a connection",
             m.conn_reconnects.clone(),
         );
+        registry.register(
+            "pool_connection_quic_cwnd_bytes",
+            "QUIC congestion window (carrier = \"quic\")",
+            m.quic_cwnd.clone(),
+        );
+        registry.register(
+            "pool_connection_quic_lost_packets",
+            "QUIC packets declared lost over the connection's life",
+            m.quic_lost.clone(),
+        );
+        registry.register(
+            "pool_connection_quic_sent_packets",
+            "QUIC packets sent over the connection's life",
+            m.quic_sent.clone(),
+        );
+        registry.register(
+            "pool_connection_quic_congestion_events",
+            "QUIC congestion window reductions over the connection's life",
+            m.quic_congestion.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -213,6 +241,10 @@ impl Metrics {
         self.conn_retrans.clear();
         self.conn_streams.clear();
         self.conn_reconnects.clear();
+        self.quic_cwnd.clear();
+        self.quic_lost.clear();
+        self.quic_sent.clear();
+        self.quic_congestion.clear();
         let sources = self
             .sources
             .lock()
@@ -251,6 +283,15 @@ impl Metrics {
                     self.conn_retrans
                         .get_or_create(&l)
                         .set(i64::from(t.total_retrans));
+                }
+                if let Some(q) = &s.quic {
+                    let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                    self.quic_cwnd.get_or_create(&l).set(g(q.cwnd));
+                    self.quic_lost.get_or_create(&l).set(g(q.lost_packets));
+                    self.quic_sent.get_or_create(&l).set(g(q.sent_packets));
+                    self.quic_congestion
+                        .get_or_create(&l)
+                        .set(g(q.congestion_events));
                 }
             }
         }

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use pool::tls::{TlsClient, TlsDialer};
 use pool::{ErrorCode, Kind, MuxStream, Pool, PoolConfig, PoolError, SocketOptions};
 
-use crate::config::{EdgeConfig, LinkConfig, PolicyName};
+use crate::config::{CarrierName, EdgeConfig, LinkConfig, PolicyName};
 use crate::remotes::{Remote, Remotes};
 use crate::transport::{FarCode, FarFailure, OpenError, StreamKind, Transport};
 
@@ -101,8 +101,8 @@ pub fn tls_client(cfg: &EdgeConfig) -> Result<Option<Arc<TlsClient>>, String> {
         .map_err(|e| format!("pool.tls: {e}"))
 }
 
-/// Starts the edge's pools, one per remote (`pool.remotes`, or the single `pool.remote`): TLS
-/// over TCP when `tls` is given, plaintext TCP otherwise.
+/// Starts the edge's pools, one per remote (`pool.remotes`, or the single `pool.remote`): QUIC
+/// when `pool.carrier = "quic"`, TLS over TCP when `tls` is given, plaintext TCP otherwise.
 pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Remotes, PoolError> {
     let mut remotes = Vec::new();
     for name in cfg.pool.remote_list() {
@@ -110,16 +110,24 @@ pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Remot
             remote: name.clone(),
             ..pool_config(cfg)
         };
-        let pool = match &tls {
-            Some(tls) => {
-                let dialer = Arc::new(TlsDialer {
-                    remote: pc.remote.clone(),
-                    opts: pc.socket.clone(),
-                    tls: tls.clone(),
-                });
-                Pool::start_with_dialer(pc, dialer)?
+        let pool = if cfg.pool.carrier == CarrierName::Quic {
+            let tls = tls.clone().ok_or_else(|| {
+                PoolError::Config("pool.carrier = \"quic\" needs [pool.tls]".into())
+            })?;
+            let quic = cfg.pool.quic.options(&cfg.link, &cfg.pool.congestion);
+            Pool::start_quic(pc, tls, quic)?
+        } else {
+            match &tls {
+                Some(tls) => {
+                    let dialer = Arc::new(TlsDialer {
+                        remote: pc.remote.clone(),
+                        opts: pc.socket.clone(),
+                        tls: tls.clone(),
+                    });
+                    Pool::start_with_dialer(pc, dialer)?
+                }
+                None => Pool::try_start(pc)?,
             }
-            None => Pool::try_start(pc)?,
         };
         remotes.push(Remote { name, pool });
     }

@@ -13,14 +13,29 @@ use crate::backoff::Backoff;
 use crate::carrier::{Dialer, TcpDialer};
 use crate::config::PoolConfig;
 use crate::driver::run_lane;
+use crate::quic::{QuicOptions, QuicPool};
 use crate::shared::Shared;
 use crate::stats::{collect, load, ConnStats, LaneState, PoolLoad};
 use crate::stream::MuxStream;
+use crate::tls::TlsClient;
 use crate::PoolError;
 
 /// Edge side: a pool of N warm carrier connections to one remote proxy. Cheap to clone.
 #[derive(Clone)]
 pub struct Pool {
+    mode: Mode,
+}
+
+#[derive(Clone)]
+enum Mode {
+    /// The mux session over TCP (plain or TLS) carriers.
+    Mux(MuxPool),
+    /// QUIC connections, one QUIC stream per mux stream.
+    Quic(QuicPool),
+}
+
+#[derive(Clone)]
+struct MuxPool {
     shared: Arc<Shared>,
     ctl: Arc<Control>,
     /// Held by the `Pool` handles only (not by the slot tasks): when the last
@@ -115,20 +130,40 @@ impl Pool {
             ctl: ctl.clone(),
         });
         Ok(Pool {
-            shared,
-            ctl,
-            _guard,
+            mode: Mode::Mux(MuxPool {
+                shared,
+                ctl,
+                _guard,
+            }),
+        })
+    }
+
+    /// Starts a pool over N QUIC connections (docs/PROTOCOL.md §8), mutually
+    /// authenticated with `tls` (the same files as the TCP+TLS pool).
+    /// `cfg.connections`, `cfg.remote`, backoff and `cfg.socket.connect_timeout`
+    /// apply; the rest of the tuning comes from `quic`.
+    pub fn start_quic(
+        cfg: PoolConfig,
+        tls: Arc<TlsClient>,
+        quic: QuicOptions,
+    ) -> Result<Pool, PoolError> {
+        Ok(Pool {
+            mode: Mode::Quic(QuicPool::start(&cfg, tls, quic)?),
         })
     }
 
     /// Waits until at least one connection has completed HELLO, or `timeout` passes.
     pub async fn ready(&self, timeout: Duration) -> bool {
+        let m = match &self.mode {
+            Mode::Quic(q) => return q.ready(timeout).await,
+            Mode::Mux(m) => m,
+        };
         let wait = async {
             loop {
-                let notified = self.shared.up.notified();
+                let notified = m.shared.up.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                if self.shared.op(|i| i.session.up_connections()) > 0 {
+                if m.shared.op(|i| i.session.up_connections()) > 0 {
                     return;
                 }
                 notified.await;
@@ -147,51 +182,75 @@ impl Pool {
         target: &str,
         first: Bytes,
     ) -> Result<MuxStream, PoolError> {
-        if self.ctl.closed.load(Ordering::Acquire) {
+        let m = match &self.mode {
+            Mode::Quic(q) => return q.open(kind, target, first).await,
+            Mode::Mux(m) => m,
+        };
+        if m.ctl.closed.load(Ordering::Acquire) {
             return Err(PoolError::Draining);
         }
-        let id = self.shared.op(|i| {
+        let id = m.shared.op(|i| {
             let id = i.session.open(kind, target, &first, false)?;
             i.wakers.insert(id, Default::default());
             Ok::<u64, OpenError>(id)
         })?;
-        Ok(MuxStream::new(self.shared.clone(), id))
+        Ok(MuxStream::new(m.shared.clone(), id))
     }
 
     /// Per-connection health, one entry per slot.
     pub fn stats(&self) -> Vec<ConnStats> {
-        let mut out = Vec::new();
-        self.shared.op(|i| collect(i, &mut out));
-        out
+        match &self.mode {
+            Mode::Quic(q) => q.stats(),
+            Mode::Mux(m) => {
+                let mut out = Vec::new();
+                m.shared.op(|i| collect(i, &mut out));
+                out
+            }
+        }
     }
 
     /// Up connections, outstanding bytes and open streams, cheaply (for choosing between the
     /// pools of several remotes; [`Pool::stats`] has the per-connection detail).
     pub fn load(&self) -> PoolLoad {
-        self.shared.op(|i| load(i))
+        match &self.mode {
+            Mode::Quic(q) => PoolLoad::from_stats(&q.stats()),
+            Mode::Mux(m) => m.shared.op(|i| load(i)),
+        }
     }
 
     /// The pool session id carried in every connection's HELLO.
     pub fn session_id(&self) -> u64 {
-        self.shared.op(|i| i.session.session_id())
+        match &self.mode {
+            Mode::Quic(q) => q.session_id(),
+            Mode::Mux(m) => m.shared.op(|i| i.session.session_id()),
+        }
+    }
+
+    /// Whether the pool runs over QUIC.
+    pub fn is_quic(&self) -> bool {
+        matches!(self.mode, Mode::Quic(_))
     }
 
     /// GOAWAY on every connection, waits (at most `grace`) for open streams to
     /// finish, then closes the connections and stops re-dialing.
     pub async fn close(&self, grace: Duration) {
-        self.ctl.stop();
-        self.shared.op(|i| i.session.go_away("edge pool closing"));
+        let m = match &self.mode {
+            Mode::Quic(q) => return q.close(grace).await,
+            Mode::Mux(m) => m,
+        };
+        m.ctl.stop();
+        m.shared.op(|i| i.session.go_away("edge pool closing"));
         let idle = async {
-            while self.shared.op(|i| i.session.stream_count()) > 0 {
+            while m.shared.op(|i| i.session.stream_count()) > 0 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         };
         let _ = tokio::time::timeout(grace, idle).await;
-        self.shared.op(|i| {
+        m.shared.op(|i| {
             i.shutting_down = true;
             i.notify_all_lanes();
         });
-        let tasks = std::mem::take(&mut *self.ctl.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        let tasks = std::mem::take(&mut *m.ctl.tasks.lock().unwrap_or_else(|p| p.into_inner()));
         for t in tasks {
             let abort = t.abort_handle();
             if tokio::time::timeout(Duration::from_secs(3), t)

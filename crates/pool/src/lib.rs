@@ -52,8 +52,11 @@
 //! Mutually authenticated TLS 1.3 carriers live in [`tls`] ([`tls::TlsDialer`]
 //! with [`Pool::start_with_dialer`], [`tls::TlsServer`] with [`Server::bind_with`]).
 //!
-//! What it does NOT do: no protocol logic (framing, credit, scheduling live in
-//! `mux`), no QUIC yet (it plugs in through [`Carrier`] and [`Dialer`]), no HTTP.
+//! The QUIC carrier lives in [`quic`] ([`Pool::start_quic`], [`Server::bind_quic`]):
+//! one QUIC stream per mux stream, same handles and errors (docs/PROTOCOL.md §8).
+//!
+//! What it does NOT do: no protocol logic for TCP carriers (framing, credit,
+//! scheduling live in `mux`), no HTTP.
 #![forbid(unsafe_code)]
 
 mod backoff;
@@ -61,6 +64,7 @@ mod carrier;
 mod config;
 mod driver;
 mod edge;
+pub mod quic;
 mod server;
 mod shared;
 mod stats;

@@ -17,12 +17,27 @@ use tokio::task::JoinHandle;
 use crate::carrier::{PlainTcp, TcpCarrier, Upgrader};
 use crate::config::ServerConfig;
 use crate::driver::run_lane;
+use crate::quic::{QuicOptions, QuicServer};
 use crate::shared::Shared;
 use crate::stats::{collect, ConnStats};
+use crate::tls::TlsServer;
 use crate::Incoming;
 
 /// Remote side: accepts pool connections and yields the streams edges open.
+///
+/// Over QUIC ([`Server::bind_quic`]) it accepts QUIC connections instead
+/// (docs/PROTOCOL.md §8); streams come out the same way.
 pub struct Server {
+    mode: Mode,
+}
+
+enum Mode {
+    Mux(MuxServer),
+    Quic(QuicServer),
+}
+
+/// The server over TCP carriers.
+struct MuxServer {
     inner: Arc<ServerInner>,
     accept_task: JoinHandle<()>,
 }
@@ -43,7 +58,8 @@ struct ServerInner {
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("local_addr", &self.inner.local_addr)
+            .field("local_addr", &self.local_addr())
+            .field("quic", &matches!(self.mode, Mode::Quic(_)))
             .finish()
     }
 }
@@ -61,6 +77,66 @@ impl Server {
         cfg: ServerConfig,
         upgrader: Arc<dyn Upgrader>,
     ) -> io::Result<Server> {
+        Ok(Server {
+            mode: Mode::Mux(MuxServer::bind_with(addr, cfg, upgrader).await?),
+        })
+    }
+
+    /// Binds UDP `addr` and accepts QUIC pool connections whose client
+    /// certificate chains to `tls`'s CAs (docs/PROTOCOL.md §8). `cfg.mux`
+    /// supplies the handshake timeout, `cfg.max_connections` the limit; the
+    /// rest of the tuning comes from `quic`.
+    pub async fn bind_quic(
+        addr: SocketAddr,
+        cfg: ServerConfig,
+        tls: Arc<TlsServer>,
+        quic: QuicOptions,
+    ) -> io::Result<Server> {
+        Ok(Server {
+            mode: Mode::Quic(QuicServer::bind(addr, cfg, tls, quic).await?),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        match &self.mode {
+            Mode::Mux(m) => m.inner.local_addr,
+            Mode::Quic(q) => q.local_addr(),
+        }
+    }
+
+    /// The next stream opened by any edge; `None` after shutdown.
+    pub async fn accept(&self) -> Option<Incoming> {
+        match &self.mode {
+            Mode::Mux(m) => m.accept().await,
+            Mode::Quic(q) => q.accept().await,
+        }
+    }
+
+    /// GOAWAY to every edge, stop accepting, wait (at most `grace`) for open
+    /// streams to finish, then close every connection.
+    pub async fn shutdown(&self, grace: Duration) {
+        match &self.mode {
+            Mode::Mux(m) => m.shutdown(grace).await,
+            Mode::Quic(q) => q.shutdown(grace).await,
+        }
+    }
+
+    /// Health of every connection of every edge session.
+    pub fn stats(&self) -> Vec<ConnStats> {
+        match &self.mode {
+            Mode::Mux(m) => m.stats(),
+            Mode::Quic(q) => q.stats(),
+        }
+    }
+}
+
+impl MuxServer {
+    async fn bind_with(
+        addr: SocketAddr,
+        cfg: ServerConfig,
+        upgrader: Arc<dyn Upgrader>,
+    ) -> io::Result<MuxServer> {
         cfg.mux
             .validate()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -94,16 +170,10 @@ impl Server {
             live: std::sync::atomic::AtomicUsize::new(0),
         });
         let accept_task = tokio::spawn(accept_loop(Arc::downgrade(&inner), listener));
-        Ok(Server { inner, accept_task })
+        Ok(MuxServer { inner, accept_task })
     }
 
-    /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.inner.local_addr
-    }
-
-    /// The next stream opened by any edge; `None` after shutdown.
-    pub async fn accept(&self) -> Option<Incoming> {
+    async fn accept(&self) -> Option<Incoming> {
         let mut stop = self.inner.shutdown.subscribe();
         if *stop.borrow() {
             return None;
@@ -115,9 +185,7 @@ impl Server {
         }
     }
 
-    /// GOAWAY to every edge, stop accepting, wait (at most `grace`) for open
-    /// streams to finish, then close every connection.
-    pub async fn shutdown(&self, grace: Duration) {
+    async fn shutdown(&self, grace: Duration) {
         self.inner.shutdown.send_replace(true);
         self.accept_task.abort();
         let sessions = self.inner.sessions();
@@ -153,8 +221,7 @@ impl Server {
         let _ = tokio::time::timeout(Duration::from_secs(3), closed).await;
     }
 
-    /// Health of every connection of every edge session.
-    pub fn stats(&self) -> Vec<ConnStats> {
+    fn stats(&self) -> Vec<ConnStats> {
         let mut out = Vec::new();
         for s in self.inner.sessions() {
             s.op(|i| collect(i, &mut out));
@@ -163,7 +230,7 @@ impl Server {
     }
 }
 
-impl Drop for Server {
+impl Drop for MuxServer {
     /// Stops accepting and closes every connection (without waiting).
     fn drop(&mut self) {
         self.accept_task.abort();

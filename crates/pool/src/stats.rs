@@ -50,6 +50,30 @@ pub struct ConnStats {
     pub streams: u32,
     /// Times this slot re-dialed after losing or failing a connection.
     pub reconnects: u64,
+    /// QUIC path statistics (QUIC carrier only).
+    pub quic: Option<crate::quic::QuicConnStats>,
+}
+
+impl ConnStats {
+    /// A slot with no live connection.
+    pub(crate) fn empty(session: u64) -> ConnStats {
+        ConnStats {
+            id: None,
+            session,
+            slot: None,
+            state: LaneState::Connecting,
+            peer: None,
+            local: None,
+            rtt: None,
+            tcp_info: None,
+            queued: 0,
+            kernel: 0,
+            outstanding: 0,
+            streams: 0,
+            reconnects: 0,
+            quic: None,
+        }
+    }
 }
 
 /// A cheap summary of a pool for choosing between several pools (no system calls: the kernel
@@ -62,6 +86,19 @@ pub struct PoolLoad {
     pub outstanding: u64,
     /// Open streams.
     pub streams: usize,
+}
+
+impl PoolLoad {
+    /// Sums per-connection stats (the QUIC pool keeps no session-wide counters).
+    pub(crate) fn from_stats(stats: &[ConnStats]) -> PoolLoad {
+        let mut l = PoolLoad::default();
+        for c in stats.iter().filter(|c| c.state == LaneState::Up) {
+            l.up += 1;
+            l.outstanding += c.outstanding;
+            l.streams += c.streams as usize;
+        }
+        l
+    }
 }
 
 pub(crate) fn load(i: &Inner) -> PoolLoad {
@@ -103,6 +140,7 @@ pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
             outstanding: snap.queued + kernel,
             streams: snap.streams,
             reconnects,
+            quic: None,
         })
     };
     if i.slots.is_empty() {
@@ -126,6 +164,7 @@ pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
                 outstanding: 0,
                 streams: 0,
                 reconnects: s.reconnects,
+                quic: None,
             }));
         }
     }

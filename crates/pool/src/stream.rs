@@ -1,13 +1,15 @@
 //! [`MuxStream`]: one bidirectional stream as an `AsyncRead + AsyncWrite`.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use mux::{ErrorCode, Read};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::quic::QuicStream;
 use crate::shared::Shared;
 use crate::StreamError;
 
@@ -17,42 +19,77 @@ use crate::StreamError;
 /// bounded by the window. Dropping it before both directions ended cleanly
 /// resets it with CANCEL. After a reset, reads and writes fail with an
 /// `io::Error` carrying a [`StreamError`] (see [`crate::stream_error`]).
+///
+/// Over the QUIC carrier the same handle wraps one QUIC stream
+/// (docs/PROTOCOL.md §8) with the same semantics.
 pub struct MuxStream {
+    repr: Repr,
+}
+
+enum Repr {
+    /// A stream of the mux session (TCP carriers).
+    Mux(MuxRepr),
+    /// One bidirectional QUIC stream.
+    Quic(Box<QuicStream>),
+}
+
+struct MuxRepr {
     shared: Arc<Shared>,
     id: u64,
 }
 
 impl std::fmt::Debug for MuxStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MuxStream").field("id", &self.id).finish()
+        f.debug_struct("MuxStream").field("id", &self.id()).finish()
     }
 }
 
 impl MuxStream {
     pub(crate) fn new(shared: Arc<Shared>, id: u64) -> Self {
-        MuxStream { shared, id }
+        MuxStream {
+            repr: Repr::Mux(MuxRepr { shared, id }),
+        }
+    }
+
+    pub(crate) fn quic(s: QuicStream) -> Self {
+        MuxStream {
+            repr: Repr::Quic(Box::new(s)),
+        }
     }
 
     /// Pool-wide stream id.
     pub fn id(&self) -> u64 {
-        self.id
+        match &self.repr {
+            Repr::Mux(m) => m.id,
+            Repr::Quic(q) => q.id(),
+        }
     }
 
     /// Aborts both directions with `code` (sends RESET).
     pub fn reset(&mut self, code: ErrorCode) {
-        let id = self.id;
-        self.shared.op(|i| i.session.reset(id, code));
+        match &mut self.repr {
+            Repr::Mux(m) => {
+                let id = m.id;
+                m.shared.op(|i| i.session.reset(id, code));
+            }
+            Repr::Quic(q) => q.reset(code),
+        }
     }
 
     /// Ids of the connections (as in [`crate::ConnStats::id`]) our direction
     /// and the peer's direction are bound to, once bound (diagnostics).
     pub fn connections(&self) -> (Option<u64>, Option<u64>) {
-        let id = self.id;
-        self.shared.op(|i| {
-            i.session.stream(id).map_or((None, None), |s| {
-                (s.send_conn.map(|c| c.0), s.recv_conn.map(|c| c.0))
-            })
-        })
+        match &self.repr {
+            Repr::Mux(m) => {
+                let id = m.id;
+                m.shared.op(|i| {
+                    i.session.stream(id).map_or((None, None), |s| {
+                        (s.send_conn.map(|c| c.0), s.recv_conn.map(|c| c.0))
+                    })
+                })
+            }
+            Repr::Quic(q) => (Some(q.conn_id()), Some(q.conn_id())),
+        }
     }
 
     /// Resets with REFUSED_STREAM (never processed: the edge may retry) and drops.
@@ -62,8 +99,13 @@ impl MuxStream {
 
     /// Bytes of the peer's direction delivered to us so far.
     pub fn bytes_received(&self) -> u64 {
-        let id = self.id;
-        self.shared.op(|i| i.session.bytes_received(id))
+        match &self.repr {
+            Repr::Mux(m) => {
+                let id = m.id;
+                m.shared.op(|i| i.session.bytes_received(id))
+            }
+            Repr::Quic(q) => q.bytes_received(),
+        }
     }
 
     /// A handle that resolves when this stream is reset. Reads report a
@@ -72,24 +114,45 @@ impl MuxStream {
     /// something else uses this to learn that the peer abandoned the stream.
     /// Take it before splitting the stream.
     pub fn reset_watch(&self) -> ResetWatch {
-        ResetWatch {
-            shared: self.shared.clone(),
-            id: self.id,
+        match &self.repr {
+            Repr::Mux(m) => ResetWatch(WatchRepr::Mux {
+                shared: m.shared.clone(),
+                id: m.id,
+            }),
+            Repr::Quic(q) => ResetWatch(WatchRepr::Quic {
+                id: q.id(),
+                stopped: Arc::new(Mutex::new(q.reset_future())),
+            }),
         }
     }
 }
 
+type ResetFuture = Pin<Box<dyn Future<Output = ErrorCode> + Send + Sync>>;
+
 /// Resolves when its stream is reset (see [`MuxStream::reset_watch`]). It
 /// is only woken while the [`MuxStream`] it came from is alive.
 #[derive(Clone)]
-pub struct ResetWatch {
-    shared: Arc<Shared>,
-    id: u64,
+pub struct ResetWatch(WatchRepr);
+
+#[derive(Clone)]
+enum WatchRepr {
+    Mux {
+        shared: Arc<Shared>,
+        id: u64,
+    },
+    /// The QUIC stream's `stopped` future: the peer's STOP_SENDING is its reset (§8.2).
+    Quic {
+        id: u64,
+        stopped: Arc<Mutex<ResetFuture>>,
+    },
 }
 
 impl std::fmt::Debug for ResetWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResetWatch").field("id", &self.id).finish()
+        let id = match &self.0 {
+            WatchRepr::Mux { id, .. } | WatchRepr::Quic { id, .. } => id,
+        };
+        f.debug_struct("ResetWatch").field("id", id).finish()
     }
 }
 
@@ -97,8 +160,14 @@ impl ResetWatch {
     /// `Ready(code)` once the stream was reset; `Ready(CANCEL)` once its
     /// [`MuxStream`] was dropped (nothing would wake the watch after that).
     pub fn poll_reset(&self, cx: &mut Context<'_>) -> Poll<ErrorCode> {
-        let id = self.id;
-        self.shared.op(|i| {
+        let (shared, id) = match &self.0 {
+            WatchRepr::Mux { shared, id } => (shared, *id),
+            WatchRepr::Quic { stopped, .. } => {
+                let mut f = stopped.lock().unwrap_or_else(|p| p.into_inner());
+                return f.as_mut().poll(cx);
+            }
+        };
+        shared.op(|i| {
             if let Some(code) = i.session.stream(id).and_then(|s| s.reset) {
                 return Poll::Ready(code);
             }
@@ -166,8 +235,12 @@ impl AsyncRead for MuxStream {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
-        let id = self.id;
-        self.shared
+        let m = match &mut self.get_mut().repr {
+            Repr::Quic(q) => return Pin::new(&mut **q).poll_read(cx, buf),
+            Repr::Mux(m) => m,
+        };
+        let id = m.id;
+        m.shared
             .op(|i| match i.session.read(id, buf.initialize_unfilled()) {
                 Ok(Read::Data(n)) => {
                     buf.advance(n);
@@ -192,8 +265,12 @@ impl AsyncWrite for MuxStream {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
-        let id = self.id;
-        self.shared.op(|i| match i.session.send(id, buf) {
+        let m = match &mut self.get_mut().repr {
+            Repr::Quic(q) => return Pin::new(&mut **q).poll_write(cx, buf),
+            Repr::Mux(m) => m,
+        };
+        let id = m.id;
+        m.shared.op(|i| match i.session.send(id, buf) {
             Ok(0) => {
                 i.wakers.entry(id).or_default().write = Some(cx.waker().clone());
                 Poll::Pending
@@ -204,20 +281,24 @@ impl AsyncWrite for MuxStream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // Written bytes are already queued in the session for the driver.
+        // Written bytes are already queued in the session (or quinn) for the driver.
         Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let id = self.id;
-        self.shared.op(|i| match i.session.finish(id) {
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let m = match &mut self.get_mut().repr {
+            Repr::Quic(q) => return Pin::new(&mut **q).poll_shutdown(cx),
+            Repr::Mux(m) => m,
+        };
+        let id = m.id;
+        m.shared.op(|i| match i.session.finish(id) {
             Ok(()) => Poll::Ready(Ok(())),
             Err(e) => Poll::Ready(Err(to_io(e, id))),
         })
     }
 }
 
-impl Drop for MuxStream {
+impl Drop for MuxRepr {
     fn drop(&mut self) {
         let id = self.id;
         self.shared.op(|i| {

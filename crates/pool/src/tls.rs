@@ -275,6 +275,12 @@ impl TlsClient {
         self.inner.reload()
     }
 
+    /// The rustls configuration for a new connection (re-read if a file changed) and the
+    /// name the remote's certificate must carry; the QUIC carrier uses both.
+    pub(crate) fn current(&self) -> (Arc<ClientConfig>, ServerName<'static>) {
+        (self.inner.current("edge"), self.server_name.clone())
+    }
+
     /// Runs the handshake over a tuned TCP connection.
     pub async fn connect(&self, tcp: TcpCarrier) -> io::Result<TlsCarrier> {
         let probe = tcp.probe();
@@ -322,6 +328,12 @@ impl TlsServer {
     /// Re-reads the files now (SIGHUP). On error the previous files stay in force.
     pub fn reload(&self) -> Result<(), TlsError> {
         self.inner.reload()
+    }
+
+    /// The rustls configuration for new connections (re-read if a file changed); the QUIC
+    /// carrier uses it.
+    pub(crate) fn current(&self) -> Arc<ServerConfig> {
+        self.inner.current("remote")
     }
 
     /// Runs the handshake over an accepted, tuned TCP connection.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use edge_proxy::config::{LinkConfig, LogFormat, Mode, TlsSection};
+use edge_proxy::config::{CarrierName, LinkConfig, LogFormat, Mode, QuicSection, TlsSection};
 use serde::{Deserialize, Serialize};
 
 use crate::handler::Settings;
@@ -68,6 +68,11 @@ pub struct RemoteConfig {
     pub log_level: String,
     /// The long link (window sizing).
     pub link: LinkConfig,
+    /// Transport of the pool connections: `tcp` (TCP listener) or `quic` (UDP listener on the
+    /// same address; needs `[tls]`).
+    pub carrier: CarrierName,
+    /// QUIC tuning (used when `carrier = "quic"`).
+    pub quic: QuicSection,
     /// Mutual TLS of pool connections (`[tls]`: cert, key, ca); absent = plaintext TCP,
     /// allowed only on a loopback listen address (see [`RemoteConfig::requires_tls`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -94,6 +99,8 @@ impl Default for RemoteConfig {
             log_format: LogFormat::Text,
             log_level: edge_proxy::logging::DEFAULT_LOG_LEVEL.into(),
             link: LinkConfig::default(),
+            carrier: CarrierName::Tcp,
+            quic: QuicSection::default(),
             tls: None,
             metrics: edge_proxy::metrics::MetricsConfig::default(),
         }
@@ -119,6 +126,17 @@ impl RemoteConfig {
                 "listen {}: development mode binds loopback only (set mode = \"production\")",
                 self.listen
             ));
+        }
+        if self.carrier == CarrierName::Quic {
+            if self.tls.is_none() {
+                return Err(
+                    "carrier = \"quic\" needs a [tls] section (cert, key, ca): QUIC \
+                            always runs mutual TLS — `remote-proxy gen-keys --out DIR` makes the \
+                            files"
+                        .into(),
+                );
+            }
+            self.quic.validate("quic", &self.link)?;
         }
         match (&self.tls, self.requires_tls()) {
             (Some(t), _) => {

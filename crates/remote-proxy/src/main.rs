@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use edge_proxy::config::{load_toml, LogFormat, TlsSection};
+use edge_proxy::config::{load_toml, CarrierName, LogFormat, TlsSection};
 use pool::tls::TlsServer;
 use remote_proxy::config::RemoteConfig;
 use remote_proxy::handler::Ctx;
@@ -37,6 +37,9 @@ struct Args {
     /// TCP congestion control of pool connections (bbr, cubic, reno).
     #[arg(long)]
     congestion: Option<String>,
+    /// Transport of the pool connections (quic needs TLS files).
+    #[arg(long, value_enum)]
+    carrier: Option<CarrierName>,
     /// Round-trip time of the long link in ms (sizes windows from the BDP).
     #[arg(long)]
     link_rtt_ms: Option<u32>,
@@ -78,6 +81,9 @@ fn load(args: &Args) -> anyhow::Result<RemoteConfig> {
     }
     if let Some(v) = &args.congestion {
         cfg.congestion = v.clone();
+    }
+    if let Some(v) = args.carrier {
+        cfg.carrier = v;
     }
     if let Some(v) = args.link_rtt_ms {
         cfg.link.rtt_ms = v;
@@ -197,6 +203,10 @@ async fn run(
 ) -> anyhow::Result<()> {
     let tls = tls_server(&cfg)?;
     let server = match &tls {
+        Some(t) if cfg.carrier == CarrierName::Quic => {
+            let quic = cfg.quic.options(&cfg.link, &cfg.congestion);
+            pool::Server::bind_quic(cfg.listen, server_config(&cfg), t.clone(), quic).await
+        }
         Some(t) => {
             let up: Arc<dyn pool::Upgrader> = t.clone();
             pool::Server::bind_with(cfg.listen, server_config(&cfg), up).await
@@ -216,6 +226,7 @@ async fn run(
         listen = %server.local_addr(),
         mode = ?cfg.mode(),
         tls = cfg.tls.is_some(),
+        carrier = ?cfg.carrier,
         allow_private_targets = policy.allow_private,
         allowed_targets = ?policy.allowed_targets,
         static_hosts = policy.hosts.len(),

@@ -13,16 +13,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// `edge-proxy gen-keys --out dir`.
-fn gen_keys(dir: &Path) {
-    let o = Command::new(edge_bin())
-        .args(["gen-keys", "--out"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
 fn remote_tls_toml(cert_dir: &Path, cas: &[&Path]) -> String {
     let ca: Vec<String> = cas
         .iter()

@@ -173,15 +173,69 @@ pub struct Pair {
     pub dir: tempfile::TempDir,
 }
 
+/// The pool carrier the pair tests run over: `LONGHAUL_TEST_CARRIER=quic` runs them over QUIC
+/// (with keys from `gen-keys`), anything else or unset over plaintext TCP. The test command
+/// runs the end-to-end suite once per carrier.
+pub fn test_carrier() -> &'static str {
+    match std::env::var("LONGHAUL_TEST_CARRIER").as_deref() {
+        Ok("quic") => "quic",
+        _ => "tcp",
+    }
+}
+
+/// Runs `edge-proxy gen-keys --out dir`.
+pub fn gen_keys(dir: &Path) {
+    let o = Command::new(edge_bin())
+        .args(["gen-keys", "--out"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Waits until `needle` shows in the process's log.
+pub fn wait_log(p: &Proc, needle: &str) {
+    let start = Instant::now();
+    while !p.log_text().contains(needle) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no {needle:?} in the log:\n{}",
+            p.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Starts a remote (with `remote_toml` as its config file when not empty) and an edge (with
-/// `edge_args` added).
+/// `edge_args` added), over the carrier of [`test_carrier`].
 pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
     let dir = tempfile::tempdir().unwrap();
-    let rport = free_port();
+    let quic = test_carrier() == "quic";
+    let rport = if quic {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    } else {
+        free_port()
+    };
     let eport = free_port();
     let remote_addr: SocketAddr = format!("127.0.0.1:{rport}").parse().unwrap();
     let edge_addr: SocketAddr = format!("127.0.0.1:{eport}").parse().unwrap();
     let mut rargs = vec!["--listen".to_string(), remote_addr.to_string()];
+    let mut carrier_args = Vec::new();
+    if quic {
+        let keys = dir.path().join("keys");
+        gen_keys(&keys);
+        carrier_args = vec![
+            "--carrier".to_string(),
+            "quic".into(),
+            "--tls-dir".into(),
+            keys.to_string_lossy().into(),
+        ];
+    }
+    rargs.extend(carrier_args.iter().cloned());
     if !remote_toml.is_empty() {
         let p = dir.path().join("remote.toml");
         std::fs::write(&p, remote_toml).unwrap();
@@ -189,7 +243,11 @@ pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
         rargs.push(p.to_string_lossy().into());
     }
     let remote = spawn(&remote_bin(), &rargs, dir.path().join("remote.log"));
-    wait_port(remote_addr, Duration::from_secs(10));
+    if quic {
+        wait_log(&remote, "remote-proxy starting");
+    } else {
+        wait_port(remote_addr, Duration::from_secs(10));
+    }
     let mut eargs = vec![
         "--listen".to_string(),
         edge_addr.to_string(),
@@ -201,6 +259,19 @@ pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
         "--connect-ports".into(),
         "any".into(),
     ];
+    eargs.extend(carrier_args);
+    if quic && !edge_args.contains(&"--config") {
+        // A lost QUIC peer shows only as silence: a short idle timeout makes the tests that
+        // kill the remote see it within seconds (the default is 30 s).
+        let p = dir.path().join("edge.toml");
+        std::fs::write(
+            &p,
+            "[pool.quic]\nkeep_alive_ms = 500\nidle_timeout_ms = 3000\n",
+        )
+        .unwrap();
+        eargs.push("--config".into());
+        eargs.push(p.to_string_lossy().into());
+    }
     eargs.extend(edge_args.iter().map(|s| s.to_string()));
     let edge = spawn(&edge_bin(), &eargs, dir.path().join("edge.log"));
     wait_port(edge_addr, Duration::from_secs(10));

@@ -1,0 +1,1172 @@
+//! The QUIC carrier (quinn): the pool over N QUIC connections, one QUIC stream
+//! per mux stream (docs/PROTOCOL.md §8).
+//!
+//! What it does: [`QuicOptions`] tunes quinn from the link's RTT × rate
+//! (bounded stream and connection receive windows, send window, congestion
+//! controller BBR/Cubic/NewReno, initial window, keep-alive, idle timeout;
+//! GSO/GRO as quinn enables them where the kernel has them). The edge side
+//! dials N connections with mutual TLS from the same files as the TCP pool
+//! ([`crate::tls::TlsClient`], ALPN `longhaul/1`), re-dials lost ones with
+//! backoff and opens each stream as a bidirectional QUIC stream on the
+//! connection with the fewest outstanding bytes. The server side
+//! ([`crate::tls::TlsServer`]) accepts them and yields [`crate::Incoming`]
+//! streams. Streams surface as [`crate::MuxStream`] with the same error
+//! semantics as over TCP.
+//!
+//! What it does NOT do: no mux framing (QUIC has streams, credit and resets),
+//! no 0-RTT, no connection migration handling beyond quinn's, no datagrams.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use mux::{ErrorCode, Kind};
+use quinn::crypto::rustls::{HandshakeData, QuicClientConfig, QuicServerConfig};
+use quinn::{congestion, Connection, Endpoint, IdleTimeout, TransportConfig, VarInt};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::backoff::Backoff;
+use crate::config::{PoolConfig, ServerConfig};
+use crate::stats::{ConnStats, LaneState};
+use crate::tls::{TlsClient, TlsServer, ALPN};
+use crate::{Incoming, MuxStream, PoolError, StreamError};
+
+/// Version byte of the QUIC HELLO and of every stream header (§8.1, §8.2).
+pub const QUIC_MAPPING_VERSION: u8 = 1;
+/// Idle timeout: a connection that hears nothing from its peer this long is
+/// closed and re-dialled (black-hole detection). Three keep-alive periods.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Keep-alive period (QUIC PING frames) while a connection is idle.
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(10);
+/// Connection receive window in bandwidth-delay products: room for several
+/// streams to run at full rate while the connection stays bounded (quinn's
+/// default is unbounded).
+pub const DEFAULT_CONN_WINDOW_BDPS: u64 = 4;
+/// Send window (sent, unacknowledged and buffered bytes) in bandwidth-delay
+/// products: the congestion window can reach 2 × BDP under BBR's probing.
+pub const DEFAULT_SEND_WINDOW_BDPS: u64 = 2;
+/// Smallest connection window, whatever the link (≥ 4 minimum stream windows).
+pub const MIN_CONN_WINDOW: u64 = 4 * mux::config::MIN_STREAM_WINDOW as u64;
+
+/// Congestion controller of each QUIC connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Congestion {
+    /// BBR (quinn's implementation): keeps rate under random loss.
+    #[default]
+    Bbr,
+    /// CUBIC.
+    Cubic,
+    /// NewReno.
+    NewReno,
+}
+
+impl FromStr for Congestion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "bbr" => Ok(Congestion::Bbr),
+            "cubic" => Ok(Congestion::Cubic),
+            "newreno" | "new_reno" | "reno" => Ok(Congestion::NewReno),
+            o => Err(format!(
+                "unknown QUIC congestion controller {o:?} (bbr, cubic, newreno)"
+            )),
+        }
+    }
+}
+
+/// Tuning of the QUIC carrier (both sides).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuicOptions {
+    /// Congestion controller.
+    pub congestion: Congestion,
+    /// Initial congestion window in bytes; `None`: the controller's default
+    /// (about 14.7 KB, RFC 9002).
+    pub initial_window: Option<u64>,
+    /// Per-stream receive window (the mux stream window).
+    pub stream_receive_window: u64,
+    /// Per-connection receive window, bounded.
+    pub receive_window: u64,
+    /// Per-connection send window.
+    pub send_window: u64,
+    /// Concurrent bidirectional streams the peer may open per connection.
+    pub max_streams: u32,
+    /// Keep-alive period.
+    pub keep_alive: Duration,
+    /// Idle timeout (black-hole detection); must exceed `keep_alive`.
+    pub idle_timeout: Duration,
+    /// Round-trip time used before the first measurement.
+    pub initial_rtt: Duration,
+}
+
+impl Default for QuicOptions {
+    fn default() -> Self {
+        QuicOptions::for_link(mux::config::DEFAULT_RTT, mux::config::DEFAULT_RATE_BPS)
+    }
+}
+
+impl QuicOptions {
+    /// Windows sized from the link's bandwidth-delay product, with the same
+    /// stream window and stream limit as the TCP pool's [`mux::Config::for_link`].
+    pub fn for_link(rtt: Duration, rate_bps: u64) -> QuicOptions {
+        let m = mux::Config::for_link(rtt, rate_bps);
+        let bdp = ((rate_bps as u128 * rtt.as_micros()) / 8_000_000) as u64;
+        let stream = u64::from(m.stream_window);
+        QuicOptions {
+            congestion: Congestion::default(),
+            initial_window: None,
+            stream_receive_window: stream,
+            receive_window: (DEFAULT_CONN_WINDOW_BDPS * bdp)
+                .max(MIN_CONN_WINDOW)
+                .max(stream),
+            send_window: (DEFAULT_SEND_WINDOW_BDPS * bdp).max(MIN_CONN_WINDOW),
+            max_streams: m.max_streams,
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            initial_rtt: rtt,
+        }
+    }
+
+    /// Checks the options; the error names the bad field.
+    pub fn validate(&self) -> Result<(), String> {
+        let max = VarInt::MAX.into_inner();
+        if self.stream_receive_window == 0 || self.stream_receive_window > max {
+            return Err("quic stream_receive_window must be within 1..2^62".into());
+        }
+        if self.receive_window < self.stream_receive_window || self.receive_window > max {
+            return Err("quic receive_window must be at least stream_receive_window".into());
+        }
+        if self.send_window == 0 {
+            return Err("quic send_window must be positive".into());
+        }
+        if self.max_streams == 0 {
+            return Err("quic max_streams must be positive".into());
+        }
+        if self.keep_alive.is_zero() || self.keep_alive >= self.idle_timeout {
+            return Err("quic keep_alive must be positive and below idle_timeout".into());
+        }
+        IdleTimeout::try_from(self.idle_timeout)
+            .map_err(|_| "quic idle_timeout is too large".to_string())?;
+        if let Some(w) = self.initial_window {
+            if w < 2 * 1200 {
+                return Err("quic initial_window must be at least 2400 bytes".into());
+            }
+        }
+        Ok(())
+    }
+
+    fn transport(&self) -> Result<TransportConfig, String> {
+        self.validate()?;
+        let mut t = TransportConfig::default();
+        t.stream_receive_window(
+            VarInt::from_u64(self.stream_receive_window).map_err(|e| e.to_string())?,
+        )
+        .receive_window(VarInt::from_u64(self.receive_window).map_err(|e| e.to_string())?)
+        .send_window(self.send_window)
+        .max_concurrent_bidi_streams(VarInt::from_u32(self.max_streams))
+        // One control stream per connection (the HELLO).
+        .max_concurrent_uni_streams(VarInt::from_u32(1))
+        .keep_alive_interval(Some(self.keep_alive))
+        .max_idle_timeout(Some(
+            IdleTimeout::try_from(self.idle_timeout).map_err(|e| e.to_string())?,
+        ))
+        .initial_rtt(self.initial_rtt)
+        .datagram_receive_buffer_size(None);
+        match self.congestion {
+            Congestion::Bbr => {
+                let mut c = congestion::BbrConfig::default();
+                if let Some(w) = self.initial_window {
+                    c.initial_window(w);
+                }
+                t.congestion_controller_factory(Arc::new(c));
+            }
+            Congestion::Cubic => {
+                let mut c = congestion::CubicConfig::default();
+                if let Some(w) = self.initial_window {
+                    c.initial_window(w);
+                }
+                t.congestion_controller_factory(Arc::new(c));
+            }
+            Congestion::NewReno => {
+                let mut c = congestion::NewRenoConfig::default();
+                if let Some(w) = self.initial_window {
+                    c.initial_window(w);
+                }
+                t.congestion_controller_factory(Arc::new(c));
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// Health of one QUIC connection (quinn's path statistics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QuicConnStats {
+    /// Smoothed round-trip time.
+    pub rtt: Duration,
+    /// Congestion window in bytes.
+    pub cwnd: u64,
+    /// Packets declared lost.
+    pub lost_packets: u64,
+    /// Bytes declared lost.
+    pub lost_bytes: u64,
+    /// Packets sent.
+    pub sent_packets: u64,
+    /// Congestion events (window reductions).
+    pub congestion_events: u64,
+    /// Stream bytes handed to quinn and not yet transmitted (estimate, §8.4);
+    /// quinn 0.11 does not expose bytes in flight.
+    pub unsent: u64,
+}
+
+fn code(c: ErrorCode) -> VarInt {
+    VarInt::from_u32(c.0)
+}
+
+fn from_code(v: VarInt) -> ErrorCode {
+    ErrorCode(u32::try_from(v.into_inner()).unwrap_or(ErrorCode::PROTOCOL_ERROR.0))
+}
+
+// ---------------------------------------------------------------- connections
+
+/// One live QUIC connection and its scheduling counters.
+pub(crate) struct QConn {
+    conn: Connection,
+    /// Stream bytes handed to quinn on this connection (monotonic).
+    written: AtomicU64,
+    /// Largest observed `transmitted - written`: packet overhead (headers,
+    /// ACKs, PINGs, handshake) that the unsent estimate subtracts.
+    overhead: AtomicU64,
+    /// Open streams on this connection.
+    streams: AtomicU32,
+}
+
+impl QConn {
+    fn new(conn: Connection) -> Arc<QConn> {
+        Arc::new(QConn {
+            conn,
+            written: AtomicU64::new(0),
+            overhead: AtomicU64::new(0),
+            streams: AtomicU32::new(0),
+        })
+    }
+
+    fn id(&self) -> u64 {
+        self.conn.stable_id() as u64
+    }
+
+    /// Bytes waiting in quinn's buffers (estimate, §8.4).
+    fn unsent(&self, s: &quinn::ConnectionStats) -> u64 {
+        let sent = s.udp_tx.bytes.saturating_sub(s.path.lost_bytes);
+        let w = self.written.load(Ordering::Relaxed);
+        let over = sent.saturating_sub(w);
+        let o = self.overhead.fetch_max(over, Ordering::Relaxed).max(over);
+        (w + o).saturating_sub(sent)
+    }
+
+    fn quic_stats(&self) -> QuicConnStats {
+        let s = self.conn.stats();
+        QuicConnStats {
+            rtt: s.path.rtt,
+            cwnd: s.path.cwnd,
+            lost_packets: s.path.lost_packets,
+            lost_bytes: s.path.lost_bytes,
+            sent_packets: s.path.sent_packets,
+            congestion_events: s.path.congestion_events,
+            unsent: self.unsent(&s),
+        }
+    }
+
+    fn conn_stats(&self, session: u64, slot: Option<usize>, reconnects: u64) -> ConnStats {
+        let q = self.quic_stats();
+        ConnStats {
+            id: Some(self.id()),
+            session,
+            slot,
+            state: LaneState::Up,
+            peer: Some(self.conn.remote_address()),
+            local: None,
+            rtt: Some(q.rtt),
+            tcp_info: None,
+            queued: q.unsent,
+            kernel: 0,
+            outstanding: q.unsent,
+            streams: self.streams.load(Ordering::Relaxed),
+            reconnects,
+            quic: Some(q),
+        }
+    }
+}
+
+fn check_alpn(conn: &Connection, peer: SocketAddr) -> io::Result<()> {
+    let alpn = conn
+        .handshake_data()
+        .and_then(|d| d.downcast::<HandshakeData>().ok())
+        .and_then(|d| d.protocol);
+    if alpn.as_deref() != Some(ALPN) {
+        conn.close(
+            code(ErrorCode::VERSION_MISMATCH),
+            b"ALPN longhaul/1 required",
+        );
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("QUIC with {peer}: the peer did not agree on ALPN longhaul/1"),
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- streams
+
+/// One mux stream carried by one bidirectional QUIC stream.
+pub(crate) struct QuicStream {
+    id: u64,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    conn: Arc<QConn>,
+    /// Bytes of the peer's direction delivered to us.
+    received: u64,
+    /// Our direction ended (FIN or reset): dropping does not cancel it.
+    send_done: bool,
+    /// The peer's direction ended (EOF or reset).
+    recv_done: bool,
+}
+
+impl QuicStream {
+    fn new(id: u64, send: quinn::SendStream, recv: quinn::RecvStream, conn: Arc<QConn>) -> Self {
+        conn.streams.fetch_add(1, Ordering::Relaxed);
+        QuicStream {
+            id,
+            send,
+            recv,
+            conn,
+            received: 0,
+            send_done: false,
+            recv_done: false,
+        }
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn conn_id(&self) -> u64 {
+        self.conn.id()
+    }
+
+    pub(crate) fn bytes_received(&self) -> u64 {
+        self.received
+    }
+
+    /// Resolves with the code once the peer stops our direction (its reset, §8.2); stays pending
+    /// once our direction was finished and acknowledged, as nothing can reset it any more.
+    pub(crate) fn reset_future(
+        &self,
+    ) -> Pin<Box<dyn std::future::Future<Output = ErrorCode> + Send + Sync>> {
+        let stopped = self.send.stopped();
+        Box::pin(async move {
+            match stopped.await {
+                Ok(Some(v)) => from_code(v),
+                Ok(None) => std::future::pending().await,
+                Err(quinn::StoppedError::ConnectionLost(_)) => ErrorCode::CONNECTION_LOST,
+                Err(_) => ErrorCode::CANCEL,
+            }
+        })
+    }
+
+    /// RESET_STREAM + STOP_SENDING with `c` (§8.2).
+    pub(crate) fn reset(&mut self, c: ErrorCode) {
+        if !self.send_done {
+            let _ = self.send.reset(code(c));
+            self.send_done = true;
+        }
+        if !self.recv_done {
+            let _ = self.recv.stop(code(c));
+            self.recv_done = true;
+        }
+    }
+
+    fn error(&self, c: ErrorCode, retryable: bool, why: &str) -> io::Error {
+        let kind = if c == ErrorCode::CONNECTION_LOST || c == ErrorCode::CANCEL {
+            io::ErrorKind::ConnectionAborted
+        } else {
+            io::ErrorKind::ConnectionReset
+        };
+        io::Error::new(
+            kind,
+            StreamError {
+                code: c,
+                retryable,
+                reason: format!("stream {}: {why}", self.id),
+            },
+        )
+    }
+
+    fn lost(&self, e: &quinn::ConnectionError) -> io::Error {
+        self.error(
+            ErrorCode::CONNECTION_LOST,
+            self.received == 0,
+            &format!("the QUIC connection carrying it was lost ({e})"),
+        )
+    }
+
+    fn reset_by_peer(&self, v: VarInt) -> io::Error {
+        let c = from_code(v);
+        let why = match c {
+            ErrorCode::REFUSED_STREAM => "the peer refused it unprocessed".to_owned(),
+            ErrorCode::CANCEL => "cancelled".to_owned(),
+            c => format!("reset with {c}"),
+        };
+        self.error(c, c == ErrorCode::REFUSED_STREAM, &why)
+    }
+
+    fn map_read(&self, e: io::Error) -> io::Error {
+        match e
+            .get_ref()
+            .and_then(|i| i.downcast_ref::<quinn::ReadError>())
+        {
+            Some(quinn::ReadError::Reset(v)) => self.reset_by_peer(*v),
+            Some(quinn::ReadError::ConnectionLost(c)) => self.lost(c),
+            Some(quinn::ReadError::ClosedStream) => {
+                self.error(ErrorCode::CANCEL, false, "no longer exists")
+            }
+            _ => e,
+        }
+    }
+
+    fn map_write(&self, e: quinn::WriteError) -> io::Error {
+        match e {
+            quinn::WriteError::Stopped(v) => self.reset_by_peer(v),
+            quinn::WriteError::ConnectionLost(c) => self.lost(&c),
+            quinn::WriteError::ClosedStream => {
+                io::Error::new(io::ErrorKind::BrokenPipe, "write after shutdown")
+            }
+            e => io::Error::other(e),
+        }
+    }
+}
+
+impl AsyncRead for QuicStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.recv).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let n = buf.filled().len() - before;
+                if n == 0 {
+                    this.recv_done = true;
+                }
+                this.received += n as u64;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => {
+                this.recv_done = true;
+                Poll::Ready(Err(this.map_read(e)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncWrite for QuicStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.send_done {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "write after shutdown",
+            )));
+        }
+        match Pin::new(&mut this.send).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                this.conn.written.fetch_add(n as u64, Ordering::Relaxed);
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(this.map_write(e))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Written bytes are in quinn's buffers; its connection task sends them.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.send_done {
+            return Poll::Ready(Ok(()));
+        }
+        this.send_done = true;
+        match this.send.finish() {
+            Ok(()) => Poll::Ready(Ok(())),
+            Err(_) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "stream already reset",
+            ))),
+        }
+    }
+}
+
+impl Drop for QuicStream {
+    fn drop(&mut self) {
+        // quinn finishes a dropped send stream gracefully: a truncated reply
+        // would look complete. Cancel whatever did not end cleanly.
+        self.reset(ErrorCode::CANCEL);
+        self.conn.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Stream header: version, kind, id, target (§8.2).
+fn encode_header(kind: Kind, id: u64, target: &str, first: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(12 + target.len() + first.len());
+    b.push(QUIC_MAPPING_VERSION);
+    b.push(match kind {
+        Kind::Http => 0,
+        Kind::Tunnel => 1,
+    });
+    b.extend_from_slice(&id.to_be_bytes());
+    b.extend_from_slice(&(target.len() as u16).to_be_bytes());
+    b.extend_from_slice(target.as_bytes());
+    b.extend_from_slice(first);
+    b
+}
+
+async fn read_header(recv: &mut quinn::RecvStream) -> Result<(Kind, u64, String), String> {
+    let mut h = [0u8; 12];
+    recv.read_exact(&mut h)
+        .await
+        .map_err(|e| format!("stream header: {e}"))?;
+    if h[0] != QUIC_MAPPING_VERSION {
+        return Err(format!("stream header version {} unsupported", h[0]));
+    }
+    let kind = match h[1] {
+        0 => Kind::Http,
+        1 => Kind::Tunnel,
+        k => return Err(format!("stream kind {k} unknown")),
+    };
+    let id = u64::from_be_bytes(h[2..10].try_into().unwrap_or_default());
+    let len = usize::from(u16::from_be_bytes([h[10], h[11]]));
+    if len == 0 || len > mux::frame::MAX_TARGET_LEN {
+        return Err(format!("stream target length {len} out of range"));
+    }
+    let mut t = vec![0u8; len];
+    recv.read_exact(&mut t)
+        .await
+        .map_err(|e| format!("stream target: {e}"))?;
+    let target = String::from_utf8(t).map_err(|_| "stream target is not UTF-8".to_string())?;
+    Ok((kind, id, target))
+}
+
+// ---------------------------------------------------------------- edge
+
+#[derive(Default)]
+struct QSlot {
+    state: LaneState,
+    conn: Option<Arc<QConn>>,
+    reconnects: u64,
+}
+
+struct PoolInner {
+    session: u64,
+    next_id: AtomicU64,
+    slots: Mutex<Vec<QSlot>>,
+    closed: AtomicBool,
+    close_notify: Notify,
+    up: Notify,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl PoolInner {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<QSlot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn stop(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.close_notify.notify_waiters();
+    }
+    fn open_streams(&self) -> u32 {
+        self.slots()
+            .iter()
+            .filter_map(|s| s.conn.as_ref())
+            .map(|c| c.streams.load(Ordering::Relaxed))
+            .sum()
+    }
+    fn close_all(&self, why: &[u8]) {
+        for s in self.slots().iter() {
+            if let Some(c) = &s.conn {
+                c.conn.close(code(ErrorCode::NO_ERROR), why);
+            }
+        }
+    }
+}
+
+struct Guard(Arc<PoolInner>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.stop();
+        self.0.close_all(b"edge pool dropped");
+    }
+}
+
+/// The edge side over QUIC; cheap to clone.
+#[derive(Clone)]
+pub(crate) struct QuicPool {
+    inner: Arc<PoolInner>,
+    _guard: Arc<Guard>,
+}
+
+impl QuicPool {
+    pub(crate) fn start(
+        cfg: &PoolConfig,
+        tls: Arc<TlsClient>,
+        opts: QuicOptions,
+    ) -> Result<QuicPool, PoolError> {
+        cfg.validate().map_err(PoolError::Config)?;
+        let transport = Arc::new(opts.transport().map_err(PoolError::Config)?);
+        let session: u64 = rand::random();
+        let inner = Arc::new(PoolInner {
+            session,
+            next_id: AtomicU64::new(1),
+            slots: Mutex::new((0..cfg.connections).map(|_| QSlot::default()).collect()),
+            closed: AtomicBool::new(false),
+            close_notify: Notify::new(),
+            up: Notify::new(),
+            tasks: Mutex::new(Vec::new()),
+        });
+        let mut tasks = Vec::new();
+        for slot in 0..cfg.connections {
+            let backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max, session ^ slot as u64);
+            let dial = Dial {
+                remote: cfg.remote.clone(),
+                tls: tls.clone(),
+                transport: transport.clone(),
+                timeout: cfg.socket.connect_timeout,
+                session,
+            };
+            tasks.push(tokio::spawn(run_slot(inner.clone(), dial, slot, backoff)));
+        }
+        *inner.tasks.lock().unwrap_or_else(|p| p.into_inner()) = tasks;
+        let _guard = Arc::new(Guard(inner.clone()));
+        Ok(QuicPool { inner, _guard })
+    }
+
+    pub(crate) async fn ready(&self, timeout: Duration) -> bool {
+        let wait = async {
+            loop {
+                let n = self.inner.up.notified();
+                tokio::pin!(n);
+                n.as_mut().enable();
+                if self.inner.slots().iter().any(|s| s.conn.is_some()) {
+                    return;
+                }
+                n.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.is_ok()
+    }
+
+    /// The up connection with the fewest outstanding bytes, then the fewest streams.
+    fn pick(&self) -> Option<Arc<QConn>> {
+        let slots = self.inner.slots();
+        slots
+            .iter()
+            .filter_map(|s| s.conn.clone())
+            .filter(|c| c.conn.close_reason().is_none())
+            .min_by_key(|c| {
+                let s = c.conn.stats();
+                (c.unsent(&s), c.streams.load(Ordering::Relaxed))
+            })
+    }
+
+    pub(crate) async fn open(
+        &self,
+        kind: Kind,
+        target: &str,
+        first: Bytes,
+    ) -> Result<MuxStream, PoolError> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(PoolError::Draining);
+        }
+        if target.is_empty() || target.len() > mux::frame::MAX_TARGET_LEN {
+            return Err(PoolError::Invalid("target length"));
+        }
+        let conn = self.pick().ok_or(PoolError::Unavailable)?;
+        // Waits while the connection is at its peer's stream limit (§8.2).
+        let (mut send, recv) = conn
+            .conn
+            .open_bi()
+            .await
+            .map_err(|_| PoolError::Unavailable)?;
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let head = encode_header(kind, id, target, &first);
+        if send.write_all(&head).await.is_err() {
+            return Err(PoolError::Unavailable);
+        }
+        conn.written.fetch_add(head.len() as u64, Ordering::Relaxed);
+        Ok(MuxStream::quic(QuicStream::new(id, send, recv, conn)))
+    }
+
+    pub(crate) fn stats(&self) -> Vec<ConnStats> {
+        let session = self.inner.session;
+        self.inner
+            .slots()
+            .iter()
+            .enumerate()
+            .map(|(n, s)| match &s.conn {
+                Some(c) => c.conn_stats(session, Some(n), s.reconnects),
+                None => ConnStats {
+                    slot: Some(n),
+                    state: s.state,
+                    reconnects: s.reconnects,
+                    ..ConnStats::empty(session)
+                },
+            })
+            .collect()
+    }
+
+    pub(crate) fn session_id(&self) -> u64 {
+        self.inner.session
+    }
+
+    pub(crate) async fn close(&self, grace: Duration) {
+        self.inner.stop();
+        let idle = async {
+            while self.inner.open_streams() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let _ = tokio::time::timeout(grace, idle).await;
+        self.inner.close_all(b"edge pool closing");
+        let tasks =
+            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in tasks {
+            let abort = t.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(3), t)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+}
+
+struct Dial {
+    remote: String,
+    tls: Arc<TlsClient>,
+    transport: Arc<TransportConfig>,
+    timeout: Duration,
+    session: u64,
+}
+
+impl Dial {
+    /// Resolves, handshakes, checks ALPN and sends the QUIC HELLO (§8.1).
+    async fn dial(&self) -> io::Result<Connection> {
+        let addr = tokio::net::lookup_host(&self.remote)
+            .await?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "remote resolves to nothing"))?;
+        let bind: SocketAddr = if addr.is_ipv4() {
+            "0.0.0.0:0".parse().unwrap_or(addr)
+        } else {
+            "[::]:0".parse().unwrap_or(addr)
+        };
+        // One UDP socket (endpoint) per connection: distinct 5-tuples, so a
+        // path problem on one flow does not take down the others.
+        let endpoint = Endpoint::client(bind)?;
+        let (rustls, name) = self.tls.current();
+        let crypto = QuicClientConfig::try_from(rustls)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
+        cc.transport_config(self.transport.clone());
+        let name = name.to_str().into_owned();
+        let connecting = endpoint
+            .connect_with(cc, addr, &name)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let conn = tokio::time::timeout(self.timeout, connecting)
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "QUIC handshake timed out"))?
+            .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e.to_string()))?;
+        check_alpn(&conn, addr)?;
+        let mut ctl = conn.open_uni().await.map_err(io::Error::other)?;
+        let mut hello = [0u8; 9];
+        hello[0] = QUIC_MAPPING_VERSION;
+        hello[1..].copy_from_slice(&self.session.to_be_bytes());
+        ctl.write_all(&hello).await.map_err(io::Error::from)?;
+        let _ = ctl.finish();
+        // Under TLS 1.3 the client finishes its handshake before the server
+        // has checked the client certificate: the remote's reply on its own
+        // control stream is what says the connection was accepted (§8.1).
+        let ack = tokio::time::timeout(self.timeout, async {
+            let mut rs = conn.accept_uni().await.map_err(io::Error::other)?;
+            let mut b = [0u8; 1];
+            rs.read_exact(&mut b).await.map_err(io::Error::other)?;
+            Ok::<u8, io::Error>(b[0])
+        })
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no HELLO reply from the remote"))?
+        .map_err(|e| match conn.close_reason() {
+            Some(r) => io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("remote closed the connection: {r}"),
+            ),
+            None => e,
+        })?;
+        if ack != QUIC_MAPPING_VERSION {
+            conn.close(code(ErrorCode::VERSION_MISMATCH), b"unsupported version");
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("remote answered HELLO with version {ack}"),
+            ));
+        }
+        Ok(conn)
+    }
+}
+
+async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: Backoff) {
+    let set = |st: LaneState, conn: Option<Arc<QConn>>, redial: bool| {
+        if let Some(s) = inner.slots().get_mut(slot) {
+            s.state = st;
+            s.conn = conn;
+            if redial {
+                s.reconnects += 1;
+            }
+        }
+    };
+    let mut first = true;
+    while !inner.closed.load(Ordering::Acquire) {
+        set(LaneState::Connecting, None, !first);
+        first = false;
+        match dial.dial().await {
+            Ok(conn) => {
+                let q = QConn::new(conn.clone());
+                tracing::info!(slot, conn = q.id(), remote = %dial.remote, "QUIC pool connection up");
+                set(LaneState::Up, Some(q), false);
+                inner.up.notify_waiters();
+                backoff.reset();
+                let stop = inner.close_notify.notified();
+                tokio::pin!(stop);
+                stop.as_mut().enable();
+                if !inner.closed.load(Ordering::Acquire) {
+                    tokio::select! {
+                        e = conn.closed() => tracing::warn!(slot, error = %e, "QUIC pool connection lost"),
+                        _ = stop => {}
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(slot, remote = %dial.remote, error = %e, "QUIC pool dial failed")
+            }
+        }
+        if inner.closed.load(Ordering::Acquire) {
+            break;
+        }
+        set(LaneState::Backoff, None, false);
+        let d = backoff.next_delay();
+        let stop = inner.close_notify.notified();
+        tokio::pin!(stop);
+        stop.as_mut().enable();
+        if inner.closed.load(Ordering::Acquire) {
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = stop => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------- server
+
+pub(crate) struct QuicServer {
+    inner: Arc<ServerInner>,
+    accept_task: JoinHandle<()>,
+}
+
+struct ServerInner {
+    endpoint: Endpoint,
+    local_addr: SocketAddr,
+    cfg: ServerConfig,
+    tls: Arc<TlsServer>,
+    transport: Arc<TransportConfig>,
+    /// Live connections by quinn id, with the edge session id of their HELLO.
+    conns: Mutex<HashMap<u64, (u64, Arc<QConn>)>>,
+    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>,
+    tx: mpsc::UnboundedSender<Incoming>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl ServerInner {
+    fn conns(&self) -> Vec<(u64, Arc<QConn>)> {
+        self.conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn server_config(&self, rustls: Arc<rustls::ServerConfig>) -> io::Result<quinn::ServerConfig> {
+        let crypto = QuicServerConfig::try_from(rustls)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        sc.transport_config(self.transport.clone());
+        sc.migration(false);
+        Ok(sc)
+    }
+}
+
+impl QuicServer {
+    pub(crate) async fn bind(
+        addr: SocketAddr,
+        cfg: ServerConfig,
+        tls: Arc<TlsServer>,
+        opts: QuicOptions,
+    ) -> io::Result<QuicServer> {
+        let bad = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
+        cfg.mux.validate().map_err(|e| bad(e.to_string()))?;
+        if cfg.max_connections == 0 {
+            return Err(bad("max_connections must be at least 1".into()));
+        }
+        let transport = Arc::new(opts.transport().map_err(bad)?);
+        let rustls = tls.current();
+        let crypto = QuicServerConfig::try_from(rustls.clone()).map_err(|e| bad(e.to_string()))?;
+        let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        sc.transport_config(transport.clone());
+        sc.migration(false);
+        let endpoint = Endpoint::server(sc, addr)?;
+        let local_addr = endpoint.local_addr()?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (shutdown, _) = watch::channel(false);
+        let inner = Arc::new(ServerInner {
+            endpoint,
+            local_addr,
+            cfg,
+            tls,
+            transport,
+            conns: Mutex::new(HashMap::new()),
+            rx: tokio::sync::Mutex::new(rx),
+            tx,
+            shutdown,
+        });
+        let accept_task = tokio::spawn(accept_loop(inner.clone(), rustls));
+        Ok(QuicServer { inner, accept_task })
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr
+    }
+
+    pub(crate) async fn accept(&self) -> Option<Incoming> {
+        let mut stop = self.inner.shutdown.subscribe();
+        if *stop.borrow() {
+            return None;
+        }
+        let mut rx = self.inner.rx.lock().await;
+        tokio::select! {
+            i = rx.recv() => i,
+            _ = stop.wait_for(|s| *s) => None,
+        }
+    }
+
+    fn refuse_queued(&self) {
+        if let Ok(mut rx) = self.inner.rx.try_lock() {
+            while let Ok(inc) = rx.try_recv() {
+                inc.stream.refuse();
+            }
+        }
+    }
+
+    pub(crate) async fn shutdown(&self, grace: Duration) {
+        self.inner.shutdown.send_replace(true);
+        self.accept_task.abort();
+        self.inner.endpoint.set_server_config(None);
+        let idle = async {
+            loop {
+                self.refuse_queued();
+                let open: u32 = self
+                    .inner
+                    .conns()
+                    .iter()
+                    .map(|(_, c)| c.streams.load(Ordering::Relaxed))
+                    .sum();
+                if open == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let _ = tokio::time::timeout(grace, idle).await;
+        self.inner
+            .endpoint
+            .close(code(ErrorCode::NO_ERROR), b"remote shutting down");
+        let _ = tokio::time::timeout(Duration::from_secs(3), self.inner.endpoint.wait_idle()).await;
+    }
+
+    pub(crate) fn stats(&self) -> Vec<ConnStats> {
+        let mut v: Vec<_> = self
+            .inner
+            .conns()
+            .iter()
+            .map(|(session, c)| c.conn_stats(*session, None, 0))
+            .collect();
+        v.sort_by_key(|s| s.id);
+        v
+    }
+}
+
+impl Drop for QuicServer {
+    fn drop(&mut self) {
+        self.accept_task.abort();
+        self.inner.shutdown.send_replace(true);
+        self.inner
+            .endpoint
+            .close(code(ErrorCode::NO_ERROR), b"remote stopped");
+    }
+}
+
+async fn accept_loop(inner: Arc<ServerInner>, mut rustls: Arc<rustls::ServerConfig>) {
+    while let Some(incoming) = inner.endpoint.accept().await {
+        // New files (rotation, SIGHUP) apply to the next connections.
+        let cur = inner.tls.current();
+        if !Arc::ptr_eq(&cur, &rustls) {
+            match inner.server_config(cur.clone()) {
+                Ok(sc) => inner.endpoint.set_server_config(Some(sc)),
+                Err(e) => tracing::warn!(error = %e, "QUIC TLS configuration not applied"),
+            }
+            rustls = cur;
+        }
+        let peer = incoming.remote_address();
+        let live = inner.conns.lock().unwrap_or_else(|p| p.into_inner()).len();
+        if live >= inner.cfg.max_connections {
+            tracing::warn!(%peer, max = inner.cfg.max_connections, "QUIC pool connection refused: too many connections");
+            incoming.refuse();
+            continue;
+        }
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve_conn(&inner, incoming).await {
+                tracing::warn!(%peer, error = %e, "QUIC pool connection rejected");
+            }
+        });
+    }
+}
+
+async fn serve_conn(inner: &Arc<ServerInner>, incoming: quinn::Incoming) -> io::Result<()> {
+    let peer = incoming.remote_address();
+    let hs = inner.cfg.mux.handshake_timeout;
+    let conn = tokio::time::timeout(hs, incoming)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "QUIC handshake timed out"))?
+        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
+    check_alpn(&conn, peer)?;
+    let hello = tokio::time::timeout(hs, async {
+        let mut ctl = conn.accept_uni().await.map_err(io::Error::other)?;
+        let mut h = [0u8; 9];
+        ctl.read_exact(&mut h).await.map_err(io::Error::other)?;
+        Ok::<_, io::Error>(h)
+    })
+    .await;
+    let h = match hello {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => {
+            conn.close(code(ErrorCode::PROTOCOL_ERROR), b"no QUIC HELLO");
+            return Err(e);
+        }
+        Err(_) => {
+            conn.close(code(ErrorCode::TIMEOUT), b"no QUIC HELLO in time");
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no QUIC HELLO in time",
+            ));
+        }
+    };
+    if h[0] != QUIC_MAPPING_VERSION {
+        conn.close(code(ErrorCode::VERSION_MISMATCH), b"unsupported version");
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("QUIC HELLO version {} unsupported", h[0]),
+        ));
+    }
+    let session = u64::from_be_bytes(h[1..].try_into().unwrap_or_default());
+    let mut reply = conn.open_uni().await.map_err(io::Error::other)?;
+    reply
+        .write_all(&[QUIC_MAPPING_VERSION])
+        .await
+        .map_err(io::Error::other)?;
+    let _ = reply.finish();
+    let q = QConn::new(conn.clone());
+    let id = q.id();
+    inner
+        .conns
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id, (session, q.clone()));
+    tracing::info!(%peer, session, conn = id, "QUIC pool connection up");
+    let why = loop {
+        let (send, mut recv) = match conn.accept_bi().await {
+            Ok(s) => s,
+            Err(e) => break e,
+        };
+        let q = q.clone();
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            let head = tokio::time::timeout(hs, read_header(&mut recv)).await;
+            let (kind, sid, target) = match head {
+                Ok(Ok(x)) => x,
+                Ok(Err(e)) => {
+                    tracing::warn!(%peer, error = %e, "QUIC stream refused: bad header");
+                    let mut s = QuicStream::new(0, send, recv, q);
+                    s.reset(ErrorCode::PROTOCOL_ERROR);
+                    return;
+                }
+                Err(_) => {
+                    let mut s = QuicStream::new(0, send, recv, q);
+                    s.reset(ErrorCode::TIMEOUT);
+                    return;
+                }
+            };
+            let stream = MuxStream::quic(QuicStream::new(sid, send, recv, q));
+            if *inner.shutdown.borrow() {
+                stream.refuse();
+                return;
+            }
+            if let Err(e) = inner.tx.send(Incoming {
+                id: sid,
+                kind,
+                target,
+                stream,
+            }) {
+                e.0.stream.refuse();
+            }
+        });
+    };
+    inner
+        .conns
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&id);
+    tracing::info!(%peer, session, conn = id, reason = %why, "QUIC pool connection ended");
+    Ok(())
+}
