@@ -78,14 +78,24 @@ impl Remotes {
         order(&loads, start)
     }
 
-    /// Waits until every remote has a connection up, or `timeout` passes; true when at least
-    /// one has.
+    /// Waits until some remote has a connection up (true) or every remote's `timeout` passed
+    /// without one (false).
     pub async fn ready(&self, timeout: Duration) -> bool {
-        let all = futures_util::future::join_all(
-            self.inner.remotes.iter().map(|r| r.pool.ready(timeout)),
-        )
-        .await;
-        all.into_iter().any(|up| up)
+        use futures_util::StreamExt;
+        // The first remote up is enough to serve: a remote that is down does not hold up
+        // the start for its whole timeout.
+        let mut pending: futures_util::stream::FuturesUnordered<_> = self
+            .inner
+            .remotes
+            .iter()
+            .map(|r| r.pool.ready(timeout))
+            .collect();
+        while let Some(up) = pending.next().await {
+            if up {
+                return true;
+            }
+        }
+        false
     }
 
     /// Per-connection health of every pool, concatenated (the peer address says which remote).

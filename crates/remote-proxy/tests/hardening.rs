@@ -130,6 +130,44 @@ fn access_lines(p: &Proc) -> usize {
 }
 
 #[test]
+fn a_remote_that_is_down_does_not_hold_up_the_start() {
+    let _serial = serial();
+    let origin = small_origin();
+    let dir = tempfile::tempdir().unwrap();
+    let a: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    // B: nothing listens there.
+    let b: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let _ra = spawn_remote(dir.path(), "a", a);
+    let cfg = dir.path().join("edge.toml");
+    // A start-up wait far longer than the test's limit: the edge must serve once A is up
+    // instead of waiting this long for B.
+    std::fs::write(&cfg, "[pool]\nready_timeout_ms = 120000\n").unwrap();
+    let edge_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let edge = spawn(
+        &edge_bin(),
+        &[
+            "--config".into(),
+            cfg.to_string_lossy().into(),
+            "--listen".into(),
+            edge_addr.to_string(),
+            "--remote".into(),
+            a.to_string(),
+            "--remote".into(),
+            b.to_string(),
+        ],
+        dir.path().join("edge.log"),
+    );
+    wait_for(
+        Duration::from_secs(15),
+        "the edge to report the pool connected",
+        || edge.log_text().contains("pool connected"),
+    );
+    wait_port(edge_addr, Duration::from_secs(5));
+    let (st, head, _) = get(edge_addr, &format!("http://{origin}/"));
+    assert_eq!(st, 200, "{head}");
+}
+
+#[test]
 fn two_remotes_share_streams_fail_over_and_recover() {
     let _serial = serial();
     let origin = small_origin();
