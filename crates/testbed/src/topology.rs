@@ -117,6 +117,21 @@ pub struct Topology {
     torn_down: bool,
 }
 
+/// Where a topology keeps its private files (the hosts file every namespace command
+/// bind-mounts): `/run/longhaul-testbed` for root, else `$XDG_RUNTIME_DIR`, else the temporary
+/// directory. Run-time directories are not aged by tmp cleaners, which once removed a running
+/// bed's files from `/tmp`.
+fn state_root() -> PathBuf {
+    let run = Path::new("/run/longhaul-testbed");
+    if std::fs::create_dir_all(run).is_ok() {
+        return run.to_path_buf();
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if Path::new(&d).is_dir() => PathBuf::from(d),
+        _ => std::env::temp_dir(),
+    }
+}
+
 fn dir_seed(seed: u64, k: u64) -> u64 {
     seed ^ (k + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
@@ -127,7 +142,7 @@ impl Topology {
     pub fn up(profile: &Profile) -> anyhow::Result<Topology> {
         profile.validate()?;
         static INSTANCE: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
+        let dir = state_root().join(format!(
             "longhaul-testbed-{}-{}",
             std::process::id(),
             INSTANCE.fetch_add(1, Ordering::Relaxed)
