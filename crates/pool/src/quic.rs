@@ -937,6 +937,24 @@ impl ServerInner {
     }
 }
 
+/// The remote's endpoint configuration from a secret that survives restarts: connection ids
+/// are signed and stateless-reset tokens derived with keys from it, so after a crash and
+/// restart the new process answers packets of the old connections with resets the edge
+/// accepts, and the edge re-dials at once instead of after its idle timeout.
+fn endpoint_config(secret: &[u8; 32]) -> quinn::EndpointConfig {
+    let reset = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+    let cid_key = u64::from_be_bytes(
+        ring::hmac::sign(&reset, b"connection ids").as_ref()[..8]
+            .try_into()
+            .expect("8 bytes"),
+    );
+    let mut cfg = quinn::EndpointConfig::new(Arc::new(reset));
+    cfg.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    cfg
+}
+
 impl QuicServer {
     pub(crate) async fn bind(
         addr: SocketAddr,
@@ -955,7 +973,25 @@ impl QuicServer {
         let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         sc.transport_config(transport.clone());
         sc.migration(false);
-        let endpoint = Endpoint::server(sc, addr)?;
+        let endpoint = match tls.endpoint_secret() {
+            Some(secret) => {
+                let runtime = quinn::default_runtime()
+                    .ok_or_else(|| io::Error::other("no async runtime for QUIC"))?;
+                Endpoint::new(
+                    endpoint_config(&secret),
+                    Some(sc),
+                    std::net::UdpSocket::bind(addr)?,
+                    runtime,
+                )?
+            }
+            None => {
+                tracing::warn!(
+                    "QUIC: private key file unreadable for the endpoint secret; a crash of this \
+                     remote is seen by edges only after their idle timeout"
+                );
+                Endpoint::server(sc, addr)?
+            }
+        };
         let local_addr = endpoint.local_addr()?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (shutdown, _) = watch::channel(false);

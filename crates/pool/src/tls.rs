@@ -318,6 +318,18 @@ impl std::fmt::Debug for TlsServer {
 }
 
 impl TlsServer {
+    /// A secret for the QUIC endpoint that outlives the process: SHA-256 of a label and this
+    /// side's private key file, so a remote restarted with the same key recognises the
+    /// connection ids its predecessor issued and answers their packets with stateless resets
+    /// the edge accepts (RFC 9000 §10.3). `None` if the key file cannot be read.
+    pub(crate) fn endpoint_secret(&self) -> Option<[u8; 32]> {
+        let key = std::fs::read(&self.inner.files.key).ok()?;
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        ctx.update(b"longhaul/1 QUIC endpoint secret");
+        ctx.update(&key);
+        ctx.finish().as_ref().try_into().ok()
+    }
+
     /// Loads `files` now; errors name the file.
     pub fn new(files: TlsFiles) -> Result<TlsServer, TlsError> {
         Ok(TlsServer {

@@ -165,3 +165,75 @@ fn quic_carrier_without_tls_files_is_a_configuration_error() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("needs a [tls]"), "{err}");
 }
+
+#[test]
+fn a_remote_restarted_after_a_crash_is_used_again_without_waiting_for_the_idle_timeout() {
+    use std::io::Write;
+    let keys = tempfile::tempdir().unwrap();
+    gen_keys(keys.path());
+    let dir = tempfile::tempdir().unwrap();
+    let origin = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+    });
+    let rport = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let remote_addr: SocketAddr = format!("127.0.0.1:{rport}").parse().unwrap();
+    let s = |v: &str| v.to_string();
+    let rargs = [
+        s("--listen"),
+        remote_addr.to_string(),
+        s("--carrier"),
+        s("quic"),
+        s("--tls-dir"),
+        keys.path().to_string_lossy().into(),
+    ];
+    let mut remote = spawn(&remote_bin(), &rargs, dir.path().join("remote.log"));
+    wait_log(&remote, "remote-proxy starting");
+    let edge_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    // Default keep-alive (10 s) and idle timeout (30 s).
+    let edge = spawn(
+        &edge_bin(),
+        &[
+            s("--listen"),
+            edge_addr.to_string(),
+            s("--remote"),
+            remote_addr.to_string(),
+            s("--connections"),
+            s("2"),
+            s("--carrier"),
+            s("quic"),
+            s("--tls-dir"),
+            keys.path().to_string_lossy().into(),
+        ],
+        dir.path().join("edge.log"),
+    );
+    wait_port(edge_addr, Duration::from_secs(10));
+    wait_log(&edge, "pool connected");
+    let req = format!("GET http://{origin}/ HTTP/1.1\r\nConnection: close\r\n\r\n");
+    assert_eq!(raw_request(edge_addr, req.as_bytes()).0, 200);
+
+    // A crash: no CONNECTION_CLOSE reaches the edge. A new process on the same address with
+    // the same key answers the old connections' packets with stateless resets.
+    remote.signal("KILL");
+    remote.wait_exit(Duration::from_secs(5));
+    let _remote2 = spawn(&remote_bin(), &rargs, dir.path().join("remote2.log"));
+    wait_log(&_remote2, "remote-proxy starting");
+    let t0 = std::time::Instant::now();
+    loop {
+        let (status, head, _) = raw_request(edge_addr, req.as_bytes());
+        if status == 200 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "still failing {:?} after the restart (idle timeout 30 s): {head}\nedge log:\n{}",
+            t0.elapsed(),
+            edge.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
