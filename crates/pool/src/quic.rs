@@ -561,27 +561,24 @@ impl Drop for QuicStream {
 
 /// A stream slot counted on a connection for an open under way; freed (and the queue woken)
 /// if the open fails before the stream exists.
-struct Reserved(Option<Arc<QConn>>);
+struct Reserved {
+    conn: Arc<QConn>,
+    /// The slot was handed over to a stream: dropping does not free it.
+    taken: bool,
+}
 
 impl Reserved {
-    fn conn(&self) -> &Arc<QConn> {
-        self.0
-            .as_ref()
-            .expect("a reservation holds its connection until taken")
-    }
-
     /// Hands the slot over to the stream.
     fn take(mut self) -> Arc<QConn> {
-        self.0
-            .take()
-            .expect("a reservation holds its connection until taken")
+        self.taken = true;
+        self.conn.clone()
     }
 }
 
 impl Drop for Reserved {
     fn drop(&mut self) {
-        if let Some(c) = self.0.take() {
-            c.release_slot();
+        if !self.taken {
+            self.conn.release_slot();
         }
     }
 }
@@ -777,7 +774,10 @@ impl QuicPool {
             Some(c) => {
                 // Under the slots lock: two opens cannot both take a connection's last slot.
                 c.streams.fetch_add(1, Ordering::Relaxed);
-                Attempt::Done(Ok(Reserved(Some(c.clone()))))
+                Attempt::Done(Ok(Reserved {
+                    conn: c.clone(),
+                    taken: false,
+                }))
             }
             None if any_up => Attempt::Full,
             None => Attempt::Done(Err(PoolError::Unavailable)),
@@ -825,17 +825,17 @@ impl QuicPool {
         // credit for a slot that just freed here is still on its way: then quinn waits for
         // it, within what is left of the open's wait (§8.2).
         let deadline = start + self.inner.open_wait;
-        let (mut send, recv) =
-            match tokio::time::timeout_at(deadline, r.conn().conn.open_bi()).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(_)) => return Err(PoolError::Unavailable),
-                Err(_) => {
-                    return Err(PoolError::StreamLimit {
-                        waited: start.elapsed(),
-                        queue_full: false,
-                    })
-                }
-            };
+        let (mut send, recv) = match tokio::time::timeout_at(deadline, r.conn.conn.open_bi()).await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(_)) => return Err(PoolError::Unavailable),
+            Err(_) => {
+                return Err(PoolError::StreamLimit {
+                    waited: start.elapsed(),
+                    queue_full: false,
+                })
+            }
+        };
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let head = encode_header(kind, id, target, &first);
         if send.write_all(&head).await.is_err() {

@@ -57,8 +57,8 @@ fn log_lines() -> Vec<String> {
         .collect()
 }
 
-/// An origin: `/hold` answers once the test adds a permit to `release`; `/ok` at once.
-async fn origin(release: Arc<Semaphore>) -> SocketAddr {
+/// An origin: `/hold/N` answers once the test adds a permit to `release[N]`; `/ok` at once.
+async fn origin(release: Arc<[Semaphore; 2]>) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
@@ -68,8 +68,9 @@ async fn origin(release: Arc<Semaphore>) -> SocketAddr {
             tokio::spawn(async move {
                 let mut buf = BytesMut::new();
                 while let Ok(Some(head)) = http1::read_request_head(&mut s, &mut buf, 65536).await {
-                    if head.target == "/hold" {
-                        release.acquire().await.unwrap().forget();
+                    if let Some(n) = head.target.strip_prefix("/hold/") {
+                        let n: usize = n.parse().unwrap();
+                        release[n].acquire().await.unwrap().forget();
                     }
                     if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                         .await
@@ -88,14 +89,14 @@ struct Setup {
     edge: SocketAddr,
     origin: SocketAddr,
     pool: Pool,
-    release: Arc<Semaphore>,
+    release: Arc<[Semaphore; 2]>,
 }
 
 /// Remote (pool server with `max_streams` = 2, the real handler) and edge (a real pool with
 /// `open_wait`, the real client handling).
 async fn setup(open_wait: Duration) -> Setup {
     capture_logs();
-    let release = Arc::new(Semaphore::new(0));
+    let release = Arc::new([Semaphore::new(0), Semaphore::new(0)]);
     let origin = origin(release.clone()).await;
     let server = Server::bind(
         "127.0.0.1:0".parse().unwrap(),
@@ -190,10 +191,10 @@ async fn response(c: &mut BufReader<TcpStream>) -> (ResponseHead, String) {
     (head, String::from_utf8(body).unwrap())
 }
 
-/// Two `/hold` requests take both stream slots of the pool.
+/// Two held requests (`/hold/0`, `/hold/1`) take both stream slots of the pool.
 async fn hold_both_slots(s: &Setup) -> (BufReader<TcpStream>, BufReader<TcpStream>) {
-    let a = send(s, "/hold").await;
-    let b = send(s, "/hold").await;
+    let a = send(s, "/hold/0").await;
+    let b = send(s, "/hold/1").await;
     for _ in 0..1000 {
         if s.pool.load().streams == 2 {
             return (a, b);
@@ -224,13 +225,13 @@ async fn request_over_the_stream_limit_waits_for_a_slot() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiting.is_finished());
     // One held request completes: its slot goes to the waiting request.
-    s.release.add_permits(1);
+    s.release[0].add_permits(1);
     let (h, body) = response(&mut a).await;
     assert_eq!((h.status, body.as_str()), (200, "ok"));
     let (h, body) = waiting.await.unwrap();
     assert_eq!((h.status, body.as_str()), (200, "ok"));
     assert!(t.elapsed() < Duration::from_secs(20));
-    s.release.add_permits(1);
+    s.release[1].add_permits(1);
     let (h, _) = response(&mut b).await;
     assert_eq!(h.status, 200);
 }
@@ -270,7 +271,8 @@ async fn request_over_the_stream_limit_gets_503_when_the_wait_ends() {
         "{metrics}"
     );
     // The held requests are unaffected.
-    s.release.add_permits(2);
+    s.release[0].add_permits(1);
+    s.release[1].add_permits(1);
     assert_eq!(response(&mut a).await.0.status, 200);
     assert_eq!(response(&mut b).await.0.status, 200);
 }
