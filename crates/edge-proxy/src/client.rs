@@ -441,7 +441,7 @@ async fn read_requests<'a, T: Transport>(
             Err(e) => {
                 let _ = tx
                     .send(Pending::Error {
-                        err: EdgeError::Unavailable(e.reason),
+                        err: EdgeError::from_open(e),
                         method: head.method,
                         target: head.target,
                         started,
@@ -585,9 +585,7 @@ async fn write_replies<T: Transport>(
                                     let _ = swr.shutdown().await;
                                     relay(ctx, &mut srd, &mut wr, &info).await
                                 }
-                                Err(e) => {
-                                    Err(RelayError::Before(EdgeError::Unavailable(e.reason), None))
-                                }
+                                Err(e) => Err(RelayError::Before(EdgeError::from_open(e), None)),
                             };
                         }
                     }

@@ -41,6 +41,12 @@ pub const MAX_REMOTES: usize = 64;
 pub const DEFAULT_MAX_PIPELINE: usize = 16;
 /// Default wait at start-up for the first pool connection.
 pub const DEFAULT_READY_TIMEOUT_MS: u64 = 5_000;
+/// Default of `pool.open_queue`: most requests waiting at once for a stream slot when every
+/// pool connection is at its stream limit ([`pool::DEFAULT_OPEN_QUEUE`], which says why).
+pub const DEFAULT_OPEN_QUEUE: usize = pool::DEFAULT_OPEN_QUEUE;
+/// Default of `pool.open_wait_ms`: longest wait of one request for a stream slot before it
+/// gets 503 `pool-busy` ([`pool::DEFAULT_OPEN_WAIT`], which says why).
+pub const DEFAULT_OPEN_WAIT_MS: u64 = pool::DEFAULT_OPEN_WAIT.as_millis() as u64;
 /// Default round-trip time of the long link (sizes windows from the bandwidth-delay product).
 pub const DEFAULT_LINK_RTT_MS: u32 = 130;
 /// Default rate of the long link.
@@ -296,6 +302,12 @@ pub struct PoolSection {
     pub congestion: String,
     /// Wait at start-up for the first pool connection before accepting clients anyway.
     pub ready_timeout_ms: u64,
+    /// Most requests (and tunnels) waiting at once for a stream slot when every pool
+    /// connection is at its stream limit; one more gets 503 `pool-busy` at once. 0: no waiting.
+    pub open_queue: usize,
+    /// Longest wait of one request for a stream slot before it gets 503 `pool-busy`.
+    /// 0: no waiting.
+    pub open_wait_ms: u64,
     /// Transport of the pool connections: `tcp` or `quic` (needs `[pool.tls]`).
     pub carrier: CarrierName,
     /// QUIC tuning (used when `carrier = "quic"`).
@@ -315,6 +327,8 @@ impl Default for PoolSection {
             policy: PolicyName::LeastOutstanding,
             congestion: DEFAULT_CONGESTION.into(),
             ready_timeout_ms: DEFAULT_READY_TIMEOUT_MS,
+            open_queue: DEFAULT_OPEN_QUEUE,
+            open_wait_ms: DEFAULT_OPEN_WAIT_MS,
             carrier: CarrierName::Tcp,
             quic: QuicSection::default(),
             tls: None,
@@ -536,6 +550,20 @@ impl EdgeConfig {
                 return Err(format!("{key} {v} must be in 1..=86400000"));
             }
         }
+        if self.pool.open_queue > pool::MAX_OPEN_QUEUE {
+            return Err(format!(
+                "pool.open_queue {} must be in 0..={}",
+                self.pool.open_queue,
+                pool::MAX_OPEN_QUEUE
+            ));
+        }
+        let max_wait = pool::MAX_OPEN_WAIT.as_millis() as u64;
+        if self.pool.open_wait_ms > max_wait {
+            return Err(format!(
+                "pool.open_wait_ms {} must be in 0..={max_wait}",
+                self.pool.open_wait_ms
+            ));
+        }
         if self.connect_ports.contains(&0) {
             return Err("connect_ports contains 0".into());
         }
@@ -605,6 +633,24 @@ mod tests {
         let c: EdgeConfig = toml::from_str("connect_ports = []\nheader_timeout_ms = 0").unwrap();
         assert!(c.connect_ports.is_empty());
         assert!(c.validate().unwrap_err().contains("header_timeout_ms"));
+    }
+
+    #[test]
+    fn open_queue_and_wait_have_defaults_and_bounds() {
+        let c = EdgeConfig::default();
+        assert_eq!((c.pool.open_queue, c.pool.open_wait_ms), (1024, 5000));
+        let c: EdgeConfig = toml::from_str("[pool]\nopen_queue = 16\nopen_wait_ms = 2000").unwrap();
+        c.validate().unwrap();
+        let p = crate::pool_transport::pool_config(&c);
+        assert_eq!(p.open_queue, 16);
+        assert_eq!(p.open_wait, Duration::from_secs(2));
+        let c: EdgeConfig = toml::from_str("[pool]\nopen_queue = 0\nopen_wait_ms = 0").unwrap();
+        c.validate().unwrap();
+        let c: EdgeConfig = toml::from_str("[pool]\nopen_wait_ms = 600001").unwrap();
+        assert!(c.validate().unwrap_err().contains("pool.open_wait_ms"));
+        let c: EdgeConfig = toml::from_str("[pool]\nopen_queue = 1000001").unwrap();
+        assert!(c.validate().unwrap_err().contains("pool.open_queue"));
+        assert!(toml::from_str::<EdgeConfig>("[pool]\nopen_wait = 5").is_err());
     }
 
     #[test]

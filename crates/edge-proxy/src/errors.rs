@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::http1::HeadError;
-use crate::transport::{FarCode, FarFailure};
+use crate::transport::{FarCode, FarFailure, OpenCause, OpenError};
 
 /// A failure the client is told about with a synthetic response.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -35,6 +35,10 @@ pub enum EdgeError {
     /// No pool connection to the remote proxy could carry the request.
     #[error("remote proxy unavailable: {0}")]
     Unavailable(String),
+    /// The pool is up but every connection stayed at its stream limit for the whole bounded
+    /// wait (or too many requests already waited for a stream slot): overload, retry later.
+    #[error("pool busy: {0}")]
+    PoolBusy(String),
     /// The far side could not resolve the target.
     #[error("DNS lookup failed on the far side: {0}")]
     DnsFailed(String),
@@ -61,6 +65,7 @@ impl EdgeError {
             | EdgeError::DnsFailed(_)
             | EdgeError::ConnectFailed(_)
             | EdgeError::BadReply(_) => 502,
+            EdgeError::PoolBusy(_) => 503,
             EdgeError::Timeout(_) => 504,
         }
     }
@@ -74,6 +79,7 @@ impl EdgeError {
             EdgeError::ForbiddenClient(_) => "forbidden-client",
             EdgeError::ForbiddenTarget(_) => "forbidden-target",
             EdgeError::Unavailable(_) => "remote-unavailable",
+            EdgeError::PoolBusy(_) => "pool-busy",
             EdgeError::DnsFailed(_) => "dns-failed",
             EdgeError::ConnectFailed(_) => "connect-failed",
             EdgeError::Timeout(_) => "origin-timeout",
@@ -84,6 +90,15 @@ impl EdgeError {
     /// The complete synthetic response (head and body; `Connection: close`).
     pub fn response(&self) -> Vec<u8> {
         synthetic_response(self.status(), self.tag(), &self.to_string())
+    }
+
+    /// The error for a stream that could not be opened: 503 `pool-busy` when the pool stayed
+    /// at its stream limit, 502 `remote-unavailable` otherwise.
+    pub fn from_open(e: OpenError) -> EdgeError {
+        match e.cause {
+            OpenCause::StreamLimit => EdgeError::PoolBusy(e.reason),
+            OpenCause::Unavailable => EdgeError::Unavailable(e.reason),
+        }
     }
 
     /// The error for a far-side failure of a stream.
@@ -200,6 +215,8 @@ mod tests {
             (EdgeError::DnsFailed("x".into()), 502),
             (EdgeError::ConnectFailed("x".into()), 502),
             (EdgeError::Timeout("x".into()), 504),
+            (EdgeError::Unavailable("x".into()), 502),
+            (EdgeError::PoolBusy("x".into()), 503),
         ];
         for (e, s) in cases {
             assert_eq!(e.status(), s);
@@ -209,5 +226,19 @@ mod tests {
             assert!(head.contains(&format!("Content-Length: {}", body.len())));
             assert!(body.contains(e.tag()) || body.contains(&e.to_string()));
         }
+    }
+
+    #[test]
+    fn open_failures_map_by_cause() {
+        let e = EdgeError::from_open(OpenError::stream_limit(
+            "every pool connection is at its stream limit; no stream slot freed within 5000 ms",
+        ));
+        assert_eq!((e.status(), e.tag()), (503, "pool-busy"));
+        let r = String::from_utf8(e.response()).unwrap();
+        assert!(r.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{r}");
+        assert!(r.contains("X-Longhaul-Error: pool-busy\r\n"), "{r}");
+        assert!(r.ends_with("503 Service Unavailable: pool busy: every pool connection is at its stream limit; no stream slot freed within 5000 ms\n"), "{r}");
+        let e = EdgeError::from_open(OpenError::unavailable("no pool connection is up"));
+        assert_eq!((e.status(), e.tag()), (502, "remote-unavailable"));
     }
 }

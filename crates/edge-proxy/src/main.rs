@@ -306,6 +306,9 @@ async fn run(
     for r in pool.remotes() {
         let p = r.pool.clone();
         edge_proxy::metrics::global().add_pool(r.name.clone(), Arc::new(move || p.stats()));
+        let p = r.pool.clone();
+        edge_proxy::metrics::global()
+            .add_open_queue(r.name.clone(), Arc::new(move || p.open_waiting()));
     }
     tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread, log));
     tracing::info!(

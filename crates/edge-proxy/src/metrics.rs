@@ -5,7 +5,8 @@
 //! access-log record ([`record_access`]: bytes each way, requests by status class, errors by
 //! cause with the same tags the access log and `X-Longhaul-Error` use, time to first byte);
 //! reads the per-pool-connection gauges (state, RTT, `TCP_INFO` cwnd and retransmits,
-//! outstanding bytes, reconnects) from registered [`StatsSource`]s at scrape time, so a scrape
+//! outstanding bytes, reconnects) from registered [`StatsSource`]s, and each edge pool's number
+//! of opens waiting for a stream slot from [`WaitingSource`]s, at scrape time, so a scrape
 //! always shows the pool as it is now and a connection that went away disappears; serves the
 //! text exposition format on `GET /metrics` ([`serve`]).
 //!
@@ -65,6 +66,8 @@ impl MetricsConfig {
 
 /// Reads the current state of one pool's connections (`Pool::stats` / `Server::stats`).
 pub type StatsSource = Arc<dyn Fn() -> Vec<pool::ConnStats> + Send + Sync>;
+/// Reads how many opens of one pool wait for a stream slot now (`Pool::open_waiting`).
+pub type WaitingSource = Arc<dyn Fn() -> usize + Send + Sync>;
 
 type Labels1 = [(&'static str, String); 1];
 type ConnLabels = [(&'static str, String); 4];
@@ -89,8 +92,11 @@ pub struct Metrics {
     quic_lost: Family<ConnLabels, Gauge>,
     quic_sent: Family<ConnLabels, Gauge>,
     quic_congestion: Family<ConnLabels, Gauge>,
+    open_waiting: Family<Labels1, Gauge>,
     /// Pools whose connections are read at scrape time, with the label that names each.
     sources: Mutex<Vec<(String, StatsSource)>>,
+    /// Edge pools whose queue of opens waiting for a stream slot is read at scrape time.
+    waiting: Mutex<Vec<(String, WaitingSource)>>,
     /// Serialises scrapes: the per-connection families are cleared and refilled per scrape.
     scrape: tokio::sync::Mutex<()>,
 }
@@ -121,7 +127,9 @@ impl Metrics {
             quic_lost: Family::default(),
             quic_sent: Family::default(),
             quic_congestion: Family::default(),
+            open_waiting: Family::default(),
             sources: Mutex::new(Vec::new()),
+            waiting: Mutex::new(Vec::new()),
             scrape: tokio::sync::Mutex::new(()),
             registry: Registry::default(),
         };
@@ -210,12 +218,27 @@ impl Metrics {
             "QUIC congestion window reductions over the connection's life",
             m.quic_congestion.clone(),
         );
+        registry.register(
+            "pool_open_waiting",
+            "Requests and tunnels waiting for a stream slot because every pool connection is at \
+             its stream limit (edge)",
+            m.open_waiting.clone(),
+        );
         Metrics { registry, ..m }
     }
 
     /// Reads the pool connections of `pool` at every scrape (labelled `pool="<name>"`).
     pub fn add_pool(&self, name: impl Into<String>, source: StatsSource) {
         self.sources
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.into(), source));
+    }
+
+    /// Reads the number of opens of `pool` waiting for a stream slot at every scrape
+    /// (labelled `pool="<name>"`).
+    pub fn add_open_queue(&self, name: impl Into<String>, source: WaitingSource) {
+        self.waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((name.into(), source));
@@ -245,6 +268,17 @@ impl Metrics {
         self.quic_lost.clear();
         self.quic_sent.clear();
         self.quic_congestion.clear();
+        self.open_waiting.clear();
+        let waiting = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (name, source) in waiting {
+            self.open_waiting
+                .get_or_create(&[("pool", name)])
+                .set(i64::try_from(source()).unwrap_or(i64::MAX));
+        }
         let sources = self
             .sources
             .lock()
@@ -475,6 +509,27 @@ mod tests {
         );
         assert!(
             text.contains("longhaul_time_to_first_byte_seconds_bucket{"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn open_queue_depth_is_read_at_scrape_time() {
+        let n = Arc::new(std::sync::atomic::AtomicUsize::new(3));
+        let src = n.clone();
+        global().add_open_queue(
+            "queue-test:4443",
+            Arc::new(move || src.load(std::sync::atomic::Ordering::Relaxed)),
+        );
+        let text = global().render().await;
+        assert!(
+            text.contains("longhaul_pool_open_waiting{pool=\"queue-test:4443\"} 3"),
+            "{text}"
+        );
+        n.store(0, std::sync::atomic::Ordering::Relaxed);
+        let text = global().render().await;
+        assert!(
+            text.contains("longhaul_pool_open_waiting{pool=\"queue-test:4443\"} 0"),
             "{text}"
         );
     }

@@ -25,15 +25,10 @@ impl Transport for Pool {
         target: &str,
         first: Bytes,
     ) -> Result<MuxStream, OpenError> {
-        let (kind, label) = match kind {
-            StreamKind::Http => (Kind::Http, "http"),
-            StreamKind::Tunnel => (Kind::Tunnel, "tunnel"),
-        };
+        let (kind, label) = mux_kind(kind);
         let s = Pool::open(self, kind, target, first)
             .await
-            .map_err(|e| OpenError {
-                reason: e.to_string(),
-            })?;
+            .map_err(open_error)?;
         crate::metrics::stream_opened(label);
         Ok(s)
     }
@@ -45,6 +40,23 @@ impl Transport for Pool {
             retryable: e.retryable,
             reason: e.to_string(),
         })
+    }
+}
+
+/// A pool's open failure as the edge's [`OpenError`]: the stream limit (the wait for a slot
+/// ended) is told apart from every other failure.
+pub fn open_error(e: PoolError) -> OpenError {
+    match e {
+        PoolError::StreamLimit { .. } => OpenError::stream_limit(e.to_string()),
+        e => OpenError::unavailable(e.to_string()),
+    }
+}
+
+/// Mux stream kind and its metrics label.
+pub fn mux_kind(k: StreamKind) -> (Kind, &'static str) {
+    match k {
+        StreamKind::Http => (Kind::Http, "http"),
+        StreamKind::Tunnel => (Kind::Tunnel, "tunnel"),
     }
 }
 
@@ -143,6 +155,8 @@ pub fn pool_config(cfg: &EdgeConfig) -> PoolConfig {
         policy: policy(cfg.pool.policy),
         socket: socket_options(&cfg.pool.congestion),
         mux: mux_config(&cfg.link),
+        open_queue: cfg.pool.open_queue,
+        open_wait: Duration::from_millis(cfg.pool.open_wait_ms),
         ..PoolConfig::default()
     }
 }
@@ -164,5 +178,7 @@ mod tests {
         let c = pool_config(&EdgeConfig::default());
         c.validate().unwrap();
         assert_eq!(c.connections, 4);
+        assert_eq!(c.open_queue, pool::DEFAULT_OPEN_QUEUE);
+        assert_eq!(c.open_wait, pool::DEFAULT_OPEN_WAIT);
     }
 }

@@ -4,8 +4,11 @@
 //! Choice: remotes with at least one pool connection up come first, ordered by outstanding
 //! bytes (queued in the process + kernel send queue, summed over the pool's connections, from
 //! [`Pool::load`]), then by open streams, then by a rotating index so that idle remotes share
-//! new streams evenly. A remote whose open fails (no connection up, draining) is skipped and the
-//! next is tried; remotes with nothing up are tried last, so the error names every remote.
+//! new streams evenly. A remote whose open fails (no connection up, draining, every stream slot
+//! taken) is skipped and the next is tried; remotes with nothing up are tried last, so the error
+//! names every remote. Only when every remote that is up is at its stream limit does the open
+//! wait (bounded, see [`pool::PoolConfig::open_wait`]) for a slot, on the first of them in that
+//! order.
 //! Health changes (a remote losing its last connection or getting one back) are logged.
 //!
 //! It does NOT move a stream between remotes once opened (an idempotent request whose stream
@@ -18,7 +21,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use pool::{ConnStats, MuxStream, Pool, PoolLoad};
+use pool::{ConnStats, MuxStream, Pool, PoolError, PoolLoad};
 
 use crate::transport::{FarFailure, OpenError, StreamKind, Transport};
 
@@ -153,17 +156,39 @@ impl Transport for Remotes {
         if remotes.len() == 1 {
             return Transport::open(&remotes[0].pool, kind, target, first).await;
         }
+        // First pass: no waiting, so a remote with a free stream slot is used at once even if
+        // a less loaded one is at its stream limit.
+        let (mux_kind, label) = crate::pool_transport::mux_kind(kind);
         let mut reasons = Vec::new();
+        let mut busy = None;
         for i in self.order() {
             let r = &remotes[i];
-            match Transport::open(&r.pool, kind, target, first.clone()).await {
-                Ok(s) => return Ok(s),
-                Err(e) => reasons.push(format!("{}: {}", r.name, e.reason)),
+            match r.pool.try_open(mux_kind, target, first.clone()).await {
+                Ok(s) => {
+                    crate::metrics::stream_opened(label);
+                    return Ok(s);
+                }
+                Err(PoolError::StreamLimit { .. }) => {
+                    busy.get_or_insert(i);
+                }
+                Err(e) => reasons.push(format!("{}: {e}", r.name)),
             }
         }
-        Err(OpenError {
-            reason: reasons.join("; "),
-        })
+        // Every remote that is up is at its stream limit: wait (bounded) on the best of them.
+        if let Some(i) = busy {
+            let r = &remotes[i];
+            return match Transport::open(&r.pool, kind, target, first).await {
+                Ok(s) => Ok(s),
+                Err(e) => {
+                    reasons.push(format!("{}: {}", r.name, e.reason));
+                    Err(OpenError {
+                        cause: e.cause,
+                        reason: reasons.join("; "),
+                    })
+                }
+            };
+        }
+        Err(OpenError::unavailable(reasons.join("; ")))
     }
 
     fn failure(&self, err: &io::Error) -> Option<FarFailure> {

@@ -57,8 +57,38 @@ pub struct FarFailure {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{reason}")]
 pub struct OpenError {
+    /// What kind of failure it was.
+    pub cause: OpenCause,
     /// Human-readable detail.
     pub reason: String,
+}
+
+/// The class of an [`OpenError`], which decides what the client is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenCause {
+    /// No pool connection could carry the stream (none up, draining, or another failure).
+    Unavailable,
+    /// Every pool connection stayed at its stream limit for the whole bounded wait, or the
+    /// queue of opens waiting for a stream slot was full: the pool is up but busy.
+    StreamLimit,
+}
+
+impl OpenError {
+    /// An open that failed because no pool connection could carry it.
+    pub fn unavailable(reason: impl Into<String>) -> OpenError {
+        OpenError {
+            cause: OpenCause::Unavailable,
+            reason: reason.into(),
+        }
+    }
+
+    /// An open that found no free stream slot within the bounded wait.
+    pub fn stream_limit(reason: impl Into<String>) -> OpenError {
+        OpenError {
+            cause: OpenCause::StreamLimit,
+            reason: reason.into(),
+        }
+    }
 }
 
 /// Something that opens streams to the remote proxy.

@@ -77,8 +77,7 @@ pub(crate) async fn connect<T: Transport>(
             {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ =
-                        client::write_all(&mut wr, &fail(EdgeError::Unavailable(e.reason))).await;
+                    let _ = client::write_all(&mut wr, &fail(EdgeError::from_open(e))).await;
                     return;
                 }
             };
@@ -119,8 +118,7 @@ pub(crate) async fn connect<T: Transport>(
             {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ =
-                        client::write_all(&mut wr, &fail(EdgeError::Unavailable(e.reason))).await;
+                    let _ = client::write_all(&mut wr, &fail(EdgeError::from_open(e))).await;
                     return;
                 }
             };
@@ -218,7 +216,7 @@ pub(crate) async fn intercepted<T: Transport>(
     {
         Ok(s) => s,
         Err(e) => {
-            let err = EdgeError::Unavailable(e.reason);
+            let err = EdgeError::from_open(e);
             log_tunnel(
                 peer,
                 "TUNNEL",

@@ -83,6 +83,10 @@ pub enum Event {
         /// peer refused the stream unprocessed).
         retryable: bool,
     },
+    /// The stream was forgotten (both directions ended or it was reset, and the
+    /// application released it): it no longer counts against the stream limit,
+    /// so an open refused with [`OpenError::StreamLimit`] may now succeed.
+    StreamFreed(u64),
     /// The peer is draining: no new streams (edge side stops opening).
     GoAway {
         /// Lane it arrived on.
@@ -131,6 +135,17 @@ pub enum OpenError {
     /// We or the peer are draining (GOAWAY).
     #[error("the session is draining")]
     Draining,
+    /// As many streams as the stream limit allows are open: the smaller of
+    /// the peer's `max_streams` (its HELLO) and our own `max_streams` (our
+    /// buffer budget, PROTOCOL.md §4.4). Transient: an open may succeed after
+    /// the next [`Event::StreamFreed`].
+    #[error("stream limit reached: {limit} streams open ({which}'s max_streams)")]
+    StreamLimit {
+        /// The limit in force.
+        limit: u32,
+        /// Whose `max_streams` it is: "peer" or "local".
+        which: &'static str,
+    },
     /// A limit would be exceeded (which one is named).
     #[error("limit reached: {0}")]
     Limit(&'static str),
@@ -623,8 +638,21 @@ impl Session {
         let Some(peer) = self.peer else {
             return Err(OpenError::Unavailable);
         };
-        if self.streams.len() >= peer.max_streams as usize {
-            return Err(OpenError::Limit("peer's max_streams"));
+        // Pool-wide failure first: with no usable lane the stream limit does not matter.
+        if !self
+            .conns
+            .values()
+            .any(|c| c.state == ConnState::Up && !c.peer_draining)
+        {
+            return Err(OpenError::Unavailable);
+        }
+        let (limit, which) = if peer.max_streams <= self.cfg.max_streams {
+            (peer.max_streams, "peer")
+        } else {
+            (self.cfg.max_streams, "local")
+        };
+        if self.streams.len() >= limit as usize {
+            return Err(OpenError::StreamLimit { limit, which });
         }
         if first.len() as u64 > u64::from(peer.initial_window) {
             return Err(OpenError::Limit(
@@ -1010,6 +1038,7 @@ impl Session {
                 if let Some(c) = s.send_conn.and_then(|c| self.conns.get_mut(&c)) {
                     c.queued_streams = c.queued_streams.saturating_sub(s.accounted);
                 }
+                self.events.push_back(Event::StreamFreed(id));
             }
         }
     }
@@ -1379,9 +1408,13 @@ mod tests {
 
     impl Pair {
         fn new() -> Pair {
+            Pair::with(cfg(), cfg())
+        }
+
+        fn with(edge_cfg: Config, remote_cfg: Config) -> Pair {
             let t = Instant::now();
-            let mut edge = Session::new(Role::Edge, 9, cfg(), Policy::LeastOutstanding);
-            let mut remote = Session::new(Role::Remote, 9, cfg(), Policy::LeastOutstanding);
+            let mut edge = Session::new(Role::Edge, 9, edge_cfg, Policy::LeastOutstanding);
+            let mut remote = Session::new(Role::Remote, 9, remote_cfg, Policy::LeastOutstanding);
             let e = edge.add_connection(t);
             let r = remote.add_connection(t);
             let mut p = Pair {
@@ -1630,6 +1663,34 @@ mod tests {
         p.shuttle();
         assert!(p.edge_events().contains(&Event::Writable(id)));
         assert_eq!(p.edge.send_capacity(id), window / 2);
+    }
+
+    #[test]
+    fn stream_limit_is_the_smaller_max_streams_and_frees_on_release() {
+        let small = |n| Config {
+            max_streams: n,
+            ..cfg()
+        };
+        for (edge_max, remote_max, which) in [(10, 2, "peer"), (2, 10, "local")] {
+            let mut p = Pair::with(small(edge_max), small(remote_max));
+            let a = p.edge.open(Kind::Http, "a:80", b"", true).unwrap();
+            let _b = p.edge.open(Kind::Http, "a:80", b"", true).unwrap();
+            assert_eq!(
+                p.edge.open(Kind::Http, "a:80", b"", true),
+                Err(OpenError::StreamLimit { limit: 2, which })
+            );
+            p.shuttle();
+            p.remote.finish(a).unwrap();
+            p.remote.release(a);
+            p.shuttle();
+            assert_eq!(read_all(&mut p.edge, a), (Vec::new(), true));
+            // Not released yet: still counts.
+            assert!(!p.edge_events().contains(&Event::StreamFreed(a)));
+            assert!(p.edge.open(Kind::Http, "a:80", b"", true).is_err());
+            p.edge.release(a);
+            assert!(p.edge_events().contains(&Event::StreamFreed(a)));
+            p.edge.open(Kind::Http, "a:80", b"", true).unwrap();
+        }
     }
 
     #[test]

@@ -33,6 +33,28 @@ pub const DEFAULT_WRITE_CHUNK: usize = 64 * 1024;
 /// How often the driver refreshes the kernel send-queue size while it is not empty.
 pub const DEFAULT_OUTSTANDING_REFRESH: Duration = Duration::from_millis(5);
 
+/// Most [`Pool::open`](crate::Pool::open) calls that wait at once for a stream slot when every
+/// pool connection is at its stream limit; one more fails at once with
+/// [`PoolError::StreamLimit`](crate::PoolError::StreamLimit). Each waiter holds its request's
+/// first bytes (at most a request head, 64 KiB at the edge's default `max_header_bytes`), so
+/// the queue holds at most 64 MiB. 1024 is about three times the default stream limit (330 at
+/// 130 ms and 100 Mbit/s, [`mux::Config::for_link`]): enough to absorb the page loads of many
+/// clients arriving together above saturation; a longer queue would only add delay, since it
+/// drains no faster than streams finish.
+pub const DEFAULT_OPEN_QUEUE: usize = 1024;
+/// Longest wait of one [`Pool::open`](crate::Pool::open) for a stream slot before it fails
+/// with [`PoolError::StreamLimit`](crate::PoolError::StreamLimit). Slots free as fast as
+/// streams finish, which for ordinary requests is within a few round trips of the long link:
+/// 5 s covers eight round trips of a 600 ms geostationary path (and ~40 at 130 ms), so a burst
+/// above the limit drains without errors, yet a client whose request cannot be carried (every
+/// slot held by long downloads or tunnels) gets a clear 503 well before browsers and users give
+/// up, while retrying still makes sense.
+pub const DEFAULT_OPEN_WAIT: Duration = Duration::from_secs(5);
+/// Largest accepted [`PoolConfig::open_queue`].
+pub const MAX_OPEN_QUEUE: usize = 1_000_000;
+/// Largest accepted [`PoolConfig::open_wait`].
+pub const MAX_OPEN_WAIT: Duration = Duration::from_secs(600);
+
 /// Socket tuning of pool connections (both sides).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketOptions {
@@ -91,6 +113,12 @@ pub struct PoolConfig {
     pub backoff_max: Duration,
     /// PING period (overrides `mux.ping_interval`).
     pub ping_interval: Duration,
+    /// Most opens waiting at once for a stream slot ([`DEFAULT_OPEN_QUEUE`]); 0: an open at
+    /// the stream limit fails at once.
+    pub open_queue: usize,
+    /// Longest wait of one open for a stream slot ([`DEFAULT_OPEN_WAIT`]); zero: an open at
+    /// the stream limit fails at once.
+    pub open_wait: Duration,
 }
 
 impl Default for PoolConfig {
@@ -104,6 +132,8 @@ impl Default for PoolConfig {
             backoff_min: DEFAULT_BACKOFF_MIN,
             backoff_max: DEFAULT_BACKOFF_MAX,
             ping_interval: DEFAULT_PING_INTERVAL,
+            open_queue: DEFAULT_OPEN_QUEUE,
+            open_wait: DEFAULT_OPEN_WAIT,
         }
     }
 }
@@ -122,6 +152,19 @@ impl PoolConfig {
         }
         if self.ping_interval.is_zero() {
             return Err("ping_interval must be positive".into());
+        }
+        if self.open_queue > MAX_OPEN_QUEUE {
+            return Err(format!(
+                "open_queue = {} must be at most {MAX_OPEN_QUEUE}",
+                self.open_queue
+            ));
+        }
+        if self.open_wait > MAX_OPEN_WAIT {
+            return Err(format!(
+                "open_wait = {} ms must be at most {} ms",
+                self.open_wait.as_millis(),
+                MAX_OPEN_WAIT.as_millis()
+            ));
         }
         self.mux.validate().map_err(|e| e.to_string())
     }

@@ -72,14 +72,18 @@ pub(crate) async fn run_lane(
             }
         }
     }
-    shared.op(|i| {
+    let was_up = shared.op(|i| {
         i.session.connection_lost(conn, now());
         let was_up = i.lanes.remove(&conn).is_some_and(|l| l.was_up);
         if let Some(s) = slot.and_then(|s| i.slots.get_mut(s)) {
             s.conn = None;
         }
         was_up
-    })
+    });
+    // Opens waiting for a stream slot must learn when the last lane went (they then fail
+    // with `Unavailable` at once).
+    shared.open_queue.wake();
+    was_up
 }
 
 async fn reader(

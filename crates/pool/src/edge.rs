@@ -13,6 +13,7 @@ use crate::backoff::Backoff;
 use crate::carrier::{Dialer, TcpDialer};
 use crate::config::PoolConfig;
 use crate::driver::run_lane;
+use crate::queue::{Attempt, OpenQueue};
 use crate::quic::{QuicOptions, QuicPool};
 use crate::shared::Shared;
 use crate::stats::{collect, load, ConnStats, LaneState, PoolLoad};
@@ -106,7 +107,12 @@ impl Pool {
         cfg.validate().map_err(PoolError::Config)?;
         let session_id: u64 = rand::random();
         let session = Session::new(Role::Edge, session_id, cfg.mux_config(), cfg.policy);
-        let shared = Shared::new(session, cfg.connections, None);
+        let shared = Shared::new(
+            session,
+            cfg.connections,
+            None,
+            OpenQueue::new(cfg.open_queue, cfg.open_wait),
+        );
         let ctl = Arc::new(Control {
             closed: AtomicBool::new(false),
             close_notify: Notify::new(),
@@ -173,9 +179,16 @@ impl Pool {
     }
 
     /// Opens a stream with no round trip: the OPEN carries `kind`, `target`
-    /// ("host:port") and `first` bytes. Fails at once with
+    /// ("host:port") and `first` bytes.
+    ///
+    /// When every connection is at its stream limit (the peer's `max_streams`,
+    /// or our own), waits first come first served for a stream slot: it goes out
+    /// as soon as a stream of the pool is forgotten, and fails with
+    /// [`PoolError::StreamLimit`] if none frees within [`PoolConfig::open_wait`]
+    /// or [`PoolConfig::open_queue`] opens already wait. Fails at once with
     /// [`PoolError::Unavailable`] when no connection is up, or
-    /// [`PoolError::Draining`] after a GOAWAY.
+    /// [`PoolError::Draining`] after a GOAWAY or [`Pool::close`] (also while
+    /// waiting).
     pub async fn open(
         &self,
         kind: Kind,
@@ -186,15 +199,41 @@ impl Pool {
             Mode::Quic(q) => return q.open(kind, target, first).await,
             Mode::Mux(m) => m,
         };
-        if m.ctl.closed.load(Ordering::Acquire) {
-            return Err(PoolError::Draining);
-        }
-        let id = m.shared.op(|i| {
-            let id = i.session.open(kind, target, &first, false)?;
-            i.wakers.insert(id, Default::default());
-            Ok::<u64, OpenError>(id)
-        })?;
+        let id = m
+            .shared
+            .open_queue
+            .open(|| m.attempt(kind, target, &first))
+            .await?;
         Ok(MuxStream::new(m.shared.clone(), id))
+    }
+
+    /// Like [`Pool::open`] but never waits for a stream slot: fails with
+    /// [`PoolError::StreamLimit`] (`waited` zero) when every connection is at its
+    /// stream limit or other opens are already waiting for one (it does not
+    /// overtake them). For choosing between the pools of several remotes.
+    pub async fn try_open(
+        &self,
+        kind: Kind,
+        target: &str,
+        first: Bytes,
+    ) -> Result<MuxStream, PoolError> {
+        let m = match &self.mode {
+            Mode::Quic(q) => return q.try_open(kind, target, first).await,
+            Mode::Mux(m) => m,
+        };
+        let id = m
+            .shared
+            .open_queue
+            .try_open(|| m.attempt(kind, target, &first))?;
+        Ok(MuxStream::new(m.shared.clone(), id))
+    }
+
+    /// Opens waiting for a stream slot now.
+    pub fn open_waiting(&self) -> usize {
+        match &self.mode {
+            Mode::Quic(q) => q.open_waiting(),
+            Mode::Mux(m) => m.shared.open_queue.waiting(),
+        }
     }
 
     /// Per-connection health, one entry per slot.
@@ -240,6 +279,7 @@ impl Pool {
         };
         m.ctl.stop();
         m.shared.op(|i| i.session.go_away("edge pool closing"));
+        m.shared.open_queue.wake();
         let idle = async {
             while m.shared.op(|i| i.session.stream_count()) > 0 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -260,6 +300,24 @@ impl Pool {
                 abort.abort();
             }
         }
+    }
+}
+
+impl MuxPool {
+    /// One try at opening a stream in the session.
+    fn attempt(&self, kind: Kind, target: &str, first: &[u8]) -> Attempt<u64> {
+        if self.ctl.closed.load(Ordering::Acquire) {
+            return Attempt::Done(Err(PoolError::Draining));
+        }
+        self.shared
+            .op(|i| match i.session.open(kind, target, first, false) {
+                Ok(id) => {
+                    i.wakers.insert(id, Default::default());
+                    Attempt::Done(Ok(id))
+                }
+                Err(OpenError::StreamLimit { .. }) => Attempt::Full,
+                Err(e) => Attempt::Done(Err(e.into())),
+            })
     }
 }
 
@@ -324,6 +382,10 @@ impl From<OpenError> for PoolError {
         match e {
             OpenError::Unavailable => PoolError::Unavailable,
             OpenError::Draining => PoolError::Draining,
+            OpenError::StreamLimit { .. } => PoolError::StreamLimit {
+                waited: Duration::ZERO,
+                queue_full: false,
+            },
             OpenError::Limit(l) => PoolError::Limit(l),
             OpenError::Invalid(r) => PoolError::Invalid(r),
         }

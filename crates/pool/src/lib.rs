@@ -64,6 +64,7 @@ mod carrier;
 mod config;
 mod driver;
 mod edge;
+mod queue;
 pub mod quic;
 mod server;
 mod shared;
@@ -110,6 +111,19 @@ pub struct StreamError {
     pub reason: String,
 }
 
+fn stream_limit_reason(waited: std::time::Duration, queue_full: bool) -> String {
+    if queue_full {
+        "every pool connection is at its stream limit and the queue of opens waiting for a \
+         stream slot is full"
+            .to_string()
+    } else {
+        format!(
+            "every pool connection is at its stream limit; no stream slot freed within {} ms",
+            waited.as_millis()
+        )
+    }
+}
+
 /// The [`StreamError`] inside an `io::Error` from a [`MuxStream`], if any.
 pub fn stream_error(e: &std::io::Error) -> Option<&StreamError> {
     e.get_ref()?.downcast_ref::<StreamError>()
@@ -124,6 +138,16 @@ pub enum PoolError {
     /// The pool or the remote is draining (GOAWAY).
     #[error("the pool is draining")]
     Draining,
+    /// Every pool connection stayed at its stream limit (the peer's `max_streams`, or our own):
+    /// no stream slot freed within [`PoolConfig::open_wait`], or [`PoolConfig::open_queue`]
+    /// opens were already waiting. Transient: the pool itself is up.
+    #[error("{}", stream_limit_reason(*.waited, *.queue_full))]
+    StreamLimit {
+        /// How long this open waited for a slot.
+        waited: std::time::Duration,
+        /// The wait queue was full, so this open did not wait.
+        queue_full: bool,
+    },
     /// A limit would be exceeded.
     #[error("pool limit reached: {0}")]
     Limit(&'static str),

@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 
 use crate::backoff::Backoff;
 use crate::config::{PoolConfig, ServerConfig};
+use crate::queue::{Attempt, OpenQueue};
 use crate::stats::{ConnStats, LaneState};
 use crate::tls::{TlsClient, TlsServer, ALPN};
 use crate::{Incoming, MuxStream, PoolError, StreamError};
@@ -245,18 +246,30 @@ pub(crate) struct QConn {
     /// Largest observed `transmitted - written`: packet overhead (headers,
     /// ACKs, PINGs, handshake) that the unsent estimate subtracts.
     overhead: AtomicU64,
-    /// Open streams on this connection.
+    /// Open streams on this connection, plus (edge side) slots reserved by opens under way.
     streams: AtomicU32,
+    /// Edge side: the pool's queue of opens waiting for a stream slot, woken when a stream
+    /// of this connection ends.
+    queue: Option<Arc<OpenQueue>>,
 }
 
 impl QConn {
-    fn new(conn: Connection) -> Arc<QConn> {
+    fn new(conn: Connection, queue: Option<Arc<OpenQueue>>) -> Arc<QConn> {
         Arc::new(QConn {
             conn,
             written: AtomicU64::new(0),
             overhead: AtomicU64::new(0),
             streams: AtomicU32::new(0),
+            queue,
         })
+    }
+
+    /// A stream (or a reservation) of this connection ended: its slot is free.
+    fn release_slot(&self) {
+        self.streams.fetch_sub(1, Ordering::Relaxed);
+        if let Some(q) = &self.queue {
+            q.wake();
+        }
     }
 
     fn id(&self) -> u64 {
@@ -343,6 +356,16 @@ pub(crate) struct QuicStream {
 impl QuicStream {
     fn new(id: u64, send: quinn::SendStream, recv: quinn::RecvStream, conn: Arc<QConn>) -> Self {
         conn.streams.fetch_add(1, Ordering::Relaxed);
+        QuicStream::reserved(id, send, recv, conn)
+    }
+
+    /// A stream whose slot in `conn.streams` was already counted (a [`Reserved`] slot).
+    fn reserved(
+        id: u64,
+        send: quinn::SendStream,
+        recv: quinn::RecvStream,
+        conn: Arc<QConn>,
+    ) -> Self {
         QuicStream {
             id,
             send,
@@ -532,7 +555,31 @@ impl Drop for QuicStream {
         // quinn finishes a dropped send stream gracefully: a truncated reply
         // would look complete. Cancel whatever did not end cleanly.
         self.reset(ErrorCode::CANCEL);
-        self.conn.streams.fetch_sub(1, Ordering::Relaxed);
+        self.conn.release_slot();
+    }
+}
+
+/// A stream slot counted on a connection for an open under way; freed (and the queue woken)
+/// if the open fails before the stream exists.
+struct Reserved {
+    conn: Arc<QConn>,
+    /// The slot was handed over to a stream: dropping does not free it.
+    taken: bool,
+}
+
+impl Reserved {
+    /// Hands the slot over to the stream.
+    fn take(mut self) -> Arc<QConn> {
+        self.taken = true;
+        self.conn.clone()
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if !self.taken {
+            self.conn.release_slot();
+        }
     }
 }
 
@@ -579,6 +626,13 @@ async fn read_header(recv: &mut quinn::RecvStream) -> Result<(Kind, u64, String)
 
 // ---------------------------------------------------------------- edge
 
+fn check_target(target: &str) -> Result<(), PoolError> {
+    if target.is_empty() || target.len() > mux::frame::MAX_TARGET_LEN {
+        return Err(PoolError::Invalid("target length"));
+    }
+    Ok(())
+}
+
 #[derive(Default)]
 struct QSlot {
     state: LaneState,
@@ -594,6 +648,14 @@ struct PoolInner {
     close_notify: Notify,
     up: Notify,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Streams this edge opens at most per connection: our `max_streams`, assumed equal to the
+    /// remote's `max_concurrent_bidi_streams` (both come from the link's configuration, §8.2).
+    /// A remote that grants fewer makes the open wait for its credit within `open_wait`.
+    stream_limit: u32,
+    /// Opens waiting for a stream slot.
+    queue: Arc<OpenQueue>,
+    /// Longest wait of one open (`PoolConfig::open_wait`).
+    open_wait: Duration,
 }
 
 impl PoolInner {
@@ -603,6 +665,7 @@ impl PoolInner {
     fn stop(&self) {
         self.closed.store(true, Ordering::Release);
         self.close_notify.notify_waiters();
+        self.queue.wake();
     }
     fn open_streams(&self) -> u32 {
         self.slots()
@@ -653,6 +716,9 @@ impl QuicPool {
             close_notify: Notify::new(),
             up: Notify::new(),
             tasks: Mutex::new(Vec::new()),
+            stream_limit: opts.max_streams,
+            queue: Arc::new(OpenQueue::new(cfg.open_queue, cfg.open_wait)),
+            open_wait: cfg.open_wait,
         });
         let mut tasks = Vec::new();
         for slot in 0..cfg.connections {
@@ -686,17 +752,36 @@ impl QuicPool {
         tokio::time::timeout(timeout, wait).await.is_ok()
     }
 
-    /// The up connection with the fewest outstanding bytes, then the fewest streams.
-    fn pick(&self) -> Option<Arc<QConn>> {
+    /// Reserves a stream slot on the up connection with the fewest outstanding bytes, then the
+    /// fewest streams, among those below the stream limit.
+    fn reserve(&self) -> Attempt<Reserved> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Attempt::Done(Err(PoolError::Draining));
+        }
         let slots = self.inner.slots();
-        slots
+        let mut any_up = false;
+        let best = slots
             .iter()
-            .filter_map(|s| s.conn.clone())
+            .filter_map(|s| s.conn.as_ref())
             .filter(|c| c.conn.close_reason().is_none())
+            .inspect(|_| any_up = true)
+            .filter(|c| c.streams.load(Ordering::Relaxed) < self.inner.stream_limit)
             .min_by_key(|c| {
                 let s = c.conn.stats();
                 (c.unsent(&s), c.streams.load(Ordering::Relaxed))
-            })
+            });
+        match best {
+            Some(c) => {
+                // Under the slots lock: two opens cannot both take a connection's last slot.
+                c.streams.fetch_add(1, Ordering::Relaxed);
+                Attempt::Done(Ok(Reserved {
+                    conn: c.clone(),
+                    taken: false,
+                }))
+            }
+            None if any_up => Attempt::Full,
+            None => Attempt::Done(Err(PoolError::Unavailable)),
+        }
     }
 
     pub(crate) async fn open(
@@ -705,26 +790,60 @@ impl QuicPool {
         target: &str,
         first: Bytes,
     ) -> Result<MuxStream, PoolError> {
-        if self.inner.closed.load(Ordering::Acquire) {
-            return Err(PoolError::Draining);
-        }
-        if target.is_empty() || target.len() > mux::frame::MAX_TARGET_LEN {
-            return Err(PoolError::Invalid("target length"));
-        }
-        let conn = self.pick().ok_or(PoolError::Unavailable)?;
-        // Waits while the connection is at its peer's stream limit (§8.2).
-        let (mut send, recv) = conn
-            .conn
-            .open_bi()
-            .await
-            .map_err(|_| PoolError::Unavailable)?;
+        check_target(target)?;
+        let start = tokio::time::Instant::now();
+        let r = self.inner.queue.open(|| self.reserve()).await?;
+        self.open_on(r, kind, target, first, start).await
+    }
+
+    pub(crate) async fn try_open(
+        &self,
+        kind: Kind,
+        target: &str,
+        first: Bytes,
+    ) -> Result<MuxStream, PoolError> {
+        check_target(target)?;
+        let start = tokio::time::Instant::now();
+        let r = self.inner.queue.try_open(|| self.reserve())?;
+        self.open_on(r, kind, target, first, start).await
+    }
+
+    pub(crate) fn open_waiting(&self) -> usize {
+        self.inner.queue.waiting()
+    }
+
+    /// Opens the QUIC stream of a reserved slot and sends its header.
+    async fn open_on(
+        &self,
+        r: Reserved,
+        kind: Kind,
+        target: &str,
+        first: Bytes,
+        start: tokio::time::Instant,
+    ) -> Result<MuxStream, PoolError> {
+        // Ready at once unless the remote granted fewer streams than `stream_limit`, or its
+        // credit for a slot that just freed here is still on its way: then quinn waits for
+        // it, within what is left of the open's wait (§8.2).
+        let deadline = start + self.inner.open_wait;
+        let (mut send, recv) = match tokio::time::timeout_at(deadline, r.conn.conn.open_bi()).await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(_)) => return Err(PoolError::Unavailable),
+            Err(_) => {
+                return Err(PoolError::StreamLimit {
+                    waited: start.elapsed(),
+                    queue_full: false,
+                })
+            }
+        };
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let head = encode_header(kind, id, target, &first);
         if send.write_all(&head).await.is_err() {
             return Err(PoolError::Unavailable);
         }
+        let conn = r.take();
         conn.written.fetch_add(head.len() as u64, Ordering::Relaxed);
-        Ok(MuxStream::quic(QuicStream::new(id, send, recv, conn)))
+        Ok(MuxStream::quic(QuicStream::reserved(id, send, recv, conn)))
     }
 
     pub(crate) fn stats(&self) -> Vec<ConnStats> {
@@ -860,10 +979,11 @@ async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: B
         first = false;
         match dial.dial().await {
             Ok(conn) => {
-                let q = QConn::new(conn.clone());
+                let q = QConn::new(conn.clone(), Some(inner.queue.clone()));
                 tracing::info!(slot, conn = q.id(), remote = %dial.remote, "QUIC pool connection up");
                 set(LaneState::Up, Some(q), false);
                 inner.up.notify_waiters();
+                inner.queue.wake();
                 backoff.reset();
                 let stop = inner.close_notify.notified();
                 tokio::pin!(stop);
@@ -883,6 +1003,8 @@ async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: B
             break;
         }
         set(LaneState::Backoff, None, false);
+        // Opens waiting for a slot fail at once if that was the last connection.
+        inner.queue.wake();
         let d = backoff.next_delay();
         let stop = inner.close_notify.notified();
         tokio::pin!(stop);
@@ -1152,7 +1274,7 @@ async fn serve_conn(inner: &Arc<ServerInner>, incoming: quinn::Incoming) -> io::
         .await
         .map_err(io::Error::other)?;
     let _ = reply.finish();
-    let q = QConn::new(conn.clone());
+    let q = QConn::new(conn.clone(), None);
     let id = q.id();
     inner
         .conns

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use crate::carrier::{PlainTcp, TcpCarrier, Upgrader};
 use crate::config::ServerConfig;
 use crate::driver::run_lane;
+use crate::queue::OpenQueue;
 use crate::quic::{QuicOptions, QuicServer};
 use crate::shared::Shared;
 use crate::stats::{collect, ConnStats};
@@ -347,6 +348,8 @@ async fn serve_conn(server: Arc<ServerInner>, stream: TcpStream) -> io::Result<(
                     ),
                     0,
                     Some(server.tx.clone()),
+                    // The remote only accepts streams: nothing ever waits here.
+                    OpenQueue::new(0, Duration::ZERO),
                 )
             })
             .clone()

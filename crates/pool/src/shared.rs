@@ -11,6 +11,7 @@ use mux::{ConnId, Event, Kind, Session};
 use tokio::sync::{mpsc, Notify};
 
 use crate::carrier::Probe;
+use crate::queue::OpenQueue;
 use crate::stats::LaneState;
 use crate::stream::MuxStream;
 use crate::Incoming;
@@ -67,6 +68,9 @@ pub(crate) struct Shared {
     inner: Mutex<Inner>,
     /// Notified (all waiters) whenever a lane completes its HELLO.
     pub up: Notify,
+    /// Opens waiting for a stream slot (edge side; never used on the server). Woken after
+    /// every operation whose events may have freed a slot or changed the pool's state.
+    pub open_queue: OpenQueue,
 }
 
 impl Shared {
@@ -74,6 +78,7 @@ impl Shared {
         session: Session,
         slots: usize,
         incoming: Option<mpsc::UnboundedSender<Incoming>>,
+        open_queue: OpenQueue,
     ) -> Arc<Self> {
         Arc::new(Shared {
             inner: Mutex::new(Inner {
@@ -85,6 +90,7 @@ impl Shared {
                 incoming,
             }),
             up: Notify::new(),
+            open_queue,
         })
     }
 
@@ -99,14 +105,17 @@ impl Shared {
     /// stream takes the lock).
     pub fn op<R>(self: &Arc<Self>, f: impl FnOnce(&mut Inner) -> R) -> R {
         let mut incoming = Vec::new();
-        let (r, up, tx) = {
+        let (r, changed, tx) = {
             let mut g = self.lock();
             let r = f(&mut g);
-            let up = g.dispatch(&mut incoming);
-            (r, up, g.incoming.clone())
+            let changed = g.dispatch(&mut incoming);
+            (r, changed, g.incoming.clone())
         };
-        if up {
+        if changed.up {
             self.up.notify_waiters();
+        }
+        if changed.slots {
+            self.open_queue.wake();
         }
         for (id, kind, target) in incoming {
             let stream = MuxStream::new(self.clone(), id);
@@ -128,10 +137,20 @@ impl Shared {
     }
 }
 
+/// What [`Inner::dispatch`] saw that tasks outside the lock must hear of.
+#[derive(Default)]
+struct Changed {
+    /// A lane came up.
+    up: bool,
+    /// A stream slot may have freed, or the session's state changed (a lane came up, closed or
+    /// drains): the open at the head of the queue should try again.
+    slots: bool,
+}
+
 impl Inner {
-    /// Drains session events and ready lanes; returns whether a lane came up.
-    fn dispatch(&mut self, incoming: &mut Vec<(u64, Kind, String)>) -> bool {
-        let mut up = false;
+    /// Drains session events and ready lanes.
+    fn dispatch(&mut self, incoming: &mut Vec<(u64, Kind, String)>) -> Changed {
+        let mut changed = Changed::default();
         while let Some(ev) = self.session.poll_event() {
             match ev {
                 Event::Readable(id) => {
@@ -166,8 +185,10 @@ impl Inner {
                     self.wakers.insert(id, Wakers::default());
                     incoming.push((id, kind, target));
                 }
+                Event::StreamFreed(_) => changed.slots = true,
                 Event::ConnectionUp(c) => {
-                    up = true;
+                    changed.up = true;
+                    changed.slots = true;
                     if let Some(l) = self.lanes.get_mut(&c) {
                         l.was_up = true;
                         if let Some(s) = l.slot.and_then(|s| self.slots.get_mut(s)) {
@@ -177,6 +198,7 @@ impl Inner {
                     tracing::info!(conn = %c, session = self.session.session_id(), "pool connection up");
                 }
                 Event::ConnectionClosing { conn, code, reason } => {
+                    changed.slots = true;
                     tracing::warn!(%conn, %code, %reason, "closing pool connection");
                     if let Some(l) = self.lanes.get(&conn) {
                         l.notify.notify_one();
@@ -186,6 +208,7 @@ impl Inner {
                     }
                 }
                 Event::GoAway { conn, last_stream } => {
+                    changed.slots = true;
                     tracing::info!(%conn, last_stream, "peer is draining");
                 }
             }
@@ -195,7 +218,7 @@ impl Inner {
                 l.notify.notify_one();
             }
         }
-        up
+        changed
     }
 
     /// Wakes every lane's writer (shutdown).

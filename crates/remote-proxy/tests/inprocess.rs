@@ -125,9 +125,9 @@ impl Transport for Local {
         let ctx = self.ctx.clone();
         let target = target.to_string();
         tokio::spawn(async move { handler::handle(&ctx, id, kind, target, Far(far)).await });
-        near.write_all(&first).await.map_err(|e| OpenError {
-            reason: e.to_string(),
-        })?;
+        near.write_all(&first)
+            .await
+            .map_err(|e| OpenError::unavailable(e.to_string()))?;
         Ok(Near::Pipe(near))
     }
 
