@@ -144,10 +144,13 @@ fn curl_http_and_https_bodies_are_byte_exact() {
     }
     let conns = origin.connections_for("/one");
     assert!(conns.len() >= 4, "{conns:?}");
-    assert!(
-        conns[conns.len() - 3..].windows(2).all(|w| w[0] == w[1]),
-        "origin connections not reused: {conns:?}"
-    );
+    // Reuse, not a fresh origin connection per request. Not all three on one: the pooled
+    // connection goes back to the pool when the reply's end is processed, which may come a
+    // moment after curl has its last byte and the next request arrives.
+    let mut last3 = conns[conns.len() - 3..].to_vec();
+    last3.sort_unstable();
+    last3.dedup();
+    assert!(last3.len() < 3, "origin connections not reused: {conns:?}");
     // After-connect CONNECT mode.
     drop(pair);
     let pair = start_pair("", &["--connect-reply", "after-connect"]);
