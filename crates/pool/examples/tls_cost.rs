@@ -5,81 +5,14 @@
 //!
 //! `cargo run --release -p pool --example tls_cost -- [MB per run] [repetitions]`
 
+mod support;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
 use pool::tls::{gen_keys, GenKeysOptions, TlsClient, TlsDialer, TlsFiles, TlsServer};
-use pool::{Kind, Pool, PoolConfig, Server, ServerConfig, Upgrader};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-const STREAMS: usize = 8;
-
-async fn echo_server(up: Arc<dyn Upgrader>) -> Arc<Server> {
-    let s = Arc::new(
-        Server::bind_with("127.0.0.1:0".parse().unwrap(), ServerConfig::default(), up)
-            .await
-            .unwrap(),
-    );
-    let s2 = s.clone();
-    tokio::spawn(async move {
-        while let Some(inc) = s2.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = tokio::io::split(inc.stream);
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
-    s
-}
-
-/// Echoes `total` bytes split over STREAMS streams; returns the elapsed time.
-async fn run(pool: &Pool, total: usize) -> Duration {
-    let per = total / STREAMS;
-    let t0 = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..STREAMS {
-        let pool = pool.clone();
-        tasks.push(tokio::spawn(async move {
-            let s = pool
-                .open(Kind::Tunnel, "echo:1", Bytes::new())
-                .await
-                .unwrap();
-            let (mut r, mut w) = tokio::io::split(s);
-            let wr = tokio::spawn(async move {
-                let chunk = vec![0x5au8; 64 * 1024];
-                let mut left = per;
-                while left > 0 {
-                    let n = left.min(chunk.len());
-                    w.write_all(&chunk[..n]).await.unwrap();
-                    left -= n;
-                }
-                w.shutdown().await.unwrap();
-            });
-            let mut buf = vec![0u8; 64 * 1024];
-            let mut got = 0;
-            loop {
-                let n = r.read(&mut buf).await.unwrap();
-                if n == 0 {
-                    break;
-                }
-                got += n;
-            }
-            wr.await.unwrap();
-            assert_eq!(got, per);
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    t0.elapsed()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
+use pool::{Pool, PoolConfig, Server};
+use support::{echo_server, median, run, STREAMS};
 
 #[tokio::main]
 async fn main() {
