@@ -5,10 +5,57 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+
+/// A free UDP port on loopback: a QUIC remote's listen address.
+fn udp_addr() -> SocketAddr {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// The remote's arguments for a QUIC listener at `addr` with the keys in `keys`.
+fn quic_remote_args(addr: SocketAddr, keys: &Path) -> Vec<String> {
+    vec![
+        "--listen".into(),
+        addr.to_string(),
+        "--carrier".into(),
+        "quic".into(),
+        "--tls-dir".into(),
+        keys.to_string_lossy().into(),
+    ]
+}
+
+/// An edge on `edge` with a 2-connection QUIC pool to `remote`, plus `extra` arguments.
+fn spawn_quic_edge(
+    edge: SocketAddr,
+    remote: SocketAddr,
+    keys: &Path,
+    extra: &[String],
+    log: PathBuf,
+) -> Proc {
+    let mut args = vec![
+        "--listen".to_string(),
+        edge.to_string(),
+        "--remote".into(),
+        remote.to_string(),
+        "--connections".into(),
+        "2".into(),
+        "--carrier".into(),
+        "quic".into(),
+        "--tls-dir".into(),
+        keys.to_string_lossy().into(),
+    ];
+    args.extend(extra.iter().cloned());
+    let p = spawn(&edge_bin(), &args, log);
+    wait_port(edge, Duration::from_secs(10));
+    p
+}
 
 #[test]
 fn curl_through_a_quic_pool() {
@@ -18,44 +65,21 @@ fn curl_through_a_quic_pool() {
     let files = [("small", 1000), ("big", 20 * 1024 * 1024)];
     let origin = start_nginx(&files);
     let dir = tempfile::tempdir().unwrap();
-    // A UDP port: the remote's QUIC listener.
-    let rport = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let remote_addr: SocketAddr = format!("127.0.0.1:{rport}").parse().unwrap();
-    let toml = dir.path().join("remote.toml");
-    std::fs::write(&toml, "carrier = \"quic\"\n").unwrap();
-    let s = |v: &str| v.to_string();
+    let remote_addr = udp_addr();
     let remote = spawn(
         &remote_bin(),
-        &[
-            s("--listen"),
-            remote_addr.to_string(),
-            s("--config"),
-            toml.to_string_lossy().into(),
-            s("--tls-dir"),
-            k.to_string_lossy().into(),
-        ],
+        &quic_remote_args(remote_addr, k),
         dir.path().join("remote.log"),
     );
     wait_log(&remote, "remote-proxy starting");
     let edge_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let edge = spawn(
-        &edge_bin(),
+    let s = |v: &str| v.to_string();
+    let edge = spawn_quic_edge(
+        edge_addr,
+        remote_addr,
+        k,
         &[
-            s("--listen"),
-            edge_addr.to_string(),
-            s("--remote"),
-            remote_addr.to_string(),
-            s("--connections"),
-            s("2"),
-            s("--carrier"),
-            s("quic"),
-            s("--tls-dir"),
-            k.to_string_lossy().into(),
             s("--metrics-listen"),
             metrics.to_string(),
             // The test origin's HTTPS port is ephemeral.
@@ -64,7 +88,6 @@ fn curl_through_a_quic_pool() {
         ],
         dir.path().join("edge.log"),
     );
-    wait_port(edge_addr, Duration::from_secs(10));
     wait_log(&edge, "QUIC pool connection up");
     wait_log(&remote, "QUIC pool connection up");
 
@@ -176,42 +199,19 @@ fn a_remote_restarted_after_a_crash_is_used_again_without_waiting_for_the_idle_t
         let _ = read_head(&mut s);
         let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
     });
-    let rport = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let remote_addr: SocketAddr = format!("127.0.0.1:{rport}").parse().unwrap();
-    let s = |v: &str| v.to_string();
-    let rargs = [
-        s("--listen"),
-        remote_addr.to_string(),
-        s("--carrier"),
-        s("quic"),
-        s("--tls-dir"),
-        keys.path().to_string_lossy().into(),
-    ];
+    let remote_addr = udp_addr();
+    let rargs = quic_remote_args(remote_addr, keys.path());
     let mut remote = spawn(&remote_bin(), &rargs, dir.path().join("remote.log"));
     wait_log(&remote, "remote-proxy starting");
     let edge_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     // Default keep-alive (10 s) and idle timeout (30 s).
-    let edge = spawn(
-        &edge_bin(),
-        &[
-            s("--listen"),
-            edge_addr.to_string(),
-            s("--remote"),
-            remote_addr.to_string(),
-            s("--connections"),
-            s("2"),
-            s("--carrier"),
-            s("quic"),
-            s("--tls-dir"),
-            keys.path().to_string_lossy().into(),
-        ],
+    let edge = spawn_quic_edge(
+        edge_addr,
+        remote_addr,
+        keys.path(),
+        &[],
         dir.path().join("edge.log"),
     );
-    wait_port(edge_addr, Duration::from_secs(10));
     wait_log(&edge, "pool connected");
     let req = format!("GET http://{origin}/ HTTP/1.1\r\nConnection: close\r\n\r\n");
     assert_eq!(raw_request(edge_addr, req.as_bytes()).0, 200);
