@@ -662,14 +662,14 @@ fn run_quic(loss: Loss, run_after: Duration) -> Outcome {
 struct Seg {
     start: u64,
     len: u64,
-    /// Last transmission time.
+    /// Number of its latest transmission (transmissions are numbered in sending order).
+    tx: u64,
+    /// Time of its latest transmission.
     sent_at: Duration,
-    /// Acknowledged (selectively or cumulatively).
+    /// Acknowledged.
     sacked: bool,
-    /// Declared lost, waiting for retransmission.
+    /// Declared lost and not yet retransmitted.
     lost: bool,
-    /// Segments sent after this one's last transmission that were acknowledged since.
-    later_sacked: u32,
 }
 
 /// A mux frame committed to the byte sequence: stream 0 is bulk, 1 is small.
@@ -679,9 +679,114 @@ struct Frame {
     data: u64,
 }
 
+/// A segment transmission on the link: (segment, transmission number).
+type Tx = (usize, u64);
+
 enum Up {
     Request(usize),
-    Ack { seg: usize, cum: usize },
+    /// Selective acknowledgment of one received transmission (ACKs are never lost here, so
+    /// no cumulative point is needed).
+    Ack(Tx),
+}
+
+/// The sender's side of the pipe.
+struct TcpSender {
+    segs: Vec<Seg>,
+    /// First segment not acknowledged.
+    una: usize,
+    /// Payload bytes transmitted, not acknowledged and not declared lost.
+    in_flight: u64,
+    /// Transmissions in sending order, not yet known acknowledged or lost (stale entries of
+    /// segments sent again or acknowledged are skipped lazily).
+    outstanding: VecDeque<Tx>,
+    /// Segments declared lost, to send again first.
+    rtx: VecDeque<usize>,
+    /// The three latest acknowledged transmission numbers.
+    last_acked: [u64; 3],
+    next_tx: u64,
+}
+
+impl TcpSender {
+    fn live(&self, (i, tx): Tx) -> bool {
+        let s = &self.segs[i];
+        s.tx == tx && !s.sacked && !s.lost
+    }
+
+    fn declare_lost(&mut self, i: usize) {
+        let s = &mut self.segs[i];
+        s.lost = true;
+        self.in_flight -= s.len;
+        self.rtx.push_back(i);
+    }
+
+    /// Drops acknowledged or superseded entries at the front of `outstanding`.
+    fn trim(&mut self) {
+        while let Some(&t) = self.outstanding.front() {
+            if self.live(t) {
+                break;
+            }
+            self.outstanding.pop_front();
+        }
+    }
+
+    fn on_ack(&mut self, (i, tx): Tx) {
+        let s = &mut self.segs[i];
+        if !s.sacked {
+            s.sacked = true;
+            if !s.lost {
+                self.in_flight -= s.len;
+            }
+        }
+        while self.una < self.segs.len() && self.segs[self.una].sacked {
+            self.una += 1;
+        }
+        // The link does not reorder, so ACKs come in transmission order: a transmission
+        // older than the third-latest acknowledged one has 3 acknowledged after it.
+        self.last_acked = [self.last_acked[1], self.last_acked[2], tx];
+        let third = self.last_acked[0];
+        while let Some(&t) = self.outstanding.front() {
+            if t.1 >= third {
+                break;
+            }
+            self.outstanding.pop_front();
+            if self.live(t) {
+                self.declare_lost(t.0);
+            }
+        }
+        self.trim();
+    }
+
+    /// Earliest retransmission timeout among outstanding transmissions.
+    fn rto_at(&self, rto: Duration) -> Option<Duration> {
+        self.outstanding
+            .front()
+            .map(|&(i, _)| self.segs[i].sent_at + rto)
+    }
+
+    fn on_rto(&mut self, now: Duration, rto: Duration) {
+        while let Some(&t) = self.outstanding.front() {
+            if self.segs[t.0].sent_at + rto > now {
+                break;
+            }
+            self.outstanding.pop_front();
+            if self.live(t) {
+                self.declare_lost(t.0);
+            }
+            self.trim();
+        }
+    }
+
+    fn transmit(&mut self, i: usize, now: Duration) -> Tx {
+        let tx = self.next_tx;
+        self.next_tx += 1;
+        let s = &mut self.segs[i];
+        s.tx = tx;
+        s.sent_at = now;
+        s.lost = false;
+        self.in_flight += s.len;
+        self.outstanding.push_back((i, tx));
+        (i, tx)
+    }
 }
 
 fn run_tcp(loss: Loss, run_after: Duration) -> Outcome {
@@ -692,17 +797,23 @@ fn run_tcp(loss: Loss, run_after: Duration) -> Outcome {
     let mut write_wait = Duration::ZERO;
     let mut req_at = Duration::ZERO;
     let mut up: Link<Up> = Link::new();
-    let mut down: Link<usize> = Link::new();
+    let mut down: Link<Tx> = Link::new();
     let mut rng = rng_for(loss);
 
     // Sender (server) state.
-    let mut segs: Vec<Seg> = Vec::new();
+    let mut tx = TcpSender {
+        segs: Vec::new(),
+        una: 0,
+        in_flight: 0,
+        outstanding: VecDeque::new(),
+        rtx: VecDeque::new(),
+        last_acked: [0; 3],
+        next_tx: 1,
+    };
     let mut frames: Vec<Frame> = Vec::new();
     let mut produced = 0u64; // bytes committed to the sequence by the mux model
     let mut left = [0u64; 2]; // reply bytes not yet committed, per stream
     let mut rr = 0usize; // round-robin cursor
-    let mut in_flight = 0u64;
-    let mut una = 0usize; // first segment not acknowledged
 
     // Receiver (client) state.
     let mut got: Vec<bool> = Vec::new();
@@ -721,7 +832,7 @@ fn run_tcp(loss: Loss, run_after: Duration) -> Outcome {
 
     for _ in 0..10_000_000 {
         // Arrivals at the client.
-        while let Some(i) = down.pop_due(now) {
+        while let Some((i, t)) = down.pop_due(now) {
             if got.len() <= i {
                 got.resize(i + 1, false);
             }
@@ -729,7 +840,7 @@ fn run_tcp(loss: Loss, run_after: Duration) -> Outcome {
                 got[i] = true;
                 while rcv_next < got.len() && got[rcv_next] {
                     // In-order delivery of segment rcv_next.
-                    let end = segs[rcv_next].start + segs[rcv_next].len;
+                    let end = tx.segs[rcv_next].start + tx.segs[rcv_next].len;
                     while delivered < end {
                         let f = &frames[frame_cursor];
                         let f_end = f.start + FRAME_HEADER + f.data;
@@ -753,15 +864,7 @@ fn run_tcp(loss: Loss, run_after: Duration) -> Outcome {
                     bulk_then = read[0];
                 }
             }
-            up.send(
-                now,
-                TCP_OVERHEAD,
-                Up::Ack {
-                    seg: i,
-                    cum: rcv_next,
-                },
-                false,
-            );
+            up.send(now, TCP_OVERHEAD, Up::Ack((i, t)), false);
         }
         // Arrivals at the server.
         while let Some(u) = up.pop_due(now) {
@@ -771,65 +874,39 @@ fn run_tcp(loss: Loss, run_after: Duration) -> Outcome {
                     if s == 1 {
                         queue = down.free_at.saturating_sub(now);
                         req_at = now;
-                    }
-                    if s == 1 && matches!(loss, Loss::Burst) {
-                        let lost = down.lose_last(BURST, 1000);
-                        assert_eq!(lost, BURST, "bulk segments on the link to lose");
-                    }
-                }
-                Up::Ack { seg, cum } => {
-                    let mut newly = vec![seg];
-                    newly.extend(una..cum.min(segs.len()));
-                    let t_acked = segs[seg].sent_at;
-                    for j in newly {
-                        let s = &mut segs[j];
-                        if !s.sacked {
-                            s.sacked = true;
-                            if !s.lost {
-                                in_flight -= s.len;
-                            }
-                        }
-                    }
-                    while una < segs.len() && segs[una].sacked {
-                        una += 1;
-                    }
-                    for s in segs[una..].iter_mut() {
-                        if !s.sacked && !s.lost && s.sent_at < t_acked {
-                            s.later_sacked += 1;
-                            if s.later_sacked >= 3 {
-                                s.lost = true;
-                                in_flight -= s.len;
-                            }
+                        if matches!(loss, Loss::Burst) {
+                            let lost = down.lose_last(BURST, 1000);
+                            assert_eq!(lost, BURST, "bulk segments on the link to lose");
                         }
                     }
                 }
+                Up::Ack(t) => tx.on_ack(t),
             }
         }
-        // RTO.
-        for s in segs[una..].iter_mut() {
-            if !s.sacked && !s.lost && s.sent_at + rto <= now {
-                s.lost = true;
-                in_flight -= s.len;
-            }
-        }
+        tx.on_rto(now, rto);
         // The client's small request.
         if small_at.is_none() && now >= REQUEST_AT {
             small_at = Some(now);
             up.send(now, 100, Up::Request(1), false);
         }
-        // Sender: retransmissions first, then new data, within the windows. The sender
-        // learns of losses only through the ACKs.
-        // Paced at the bottleneck rate: a segment goes out when the previous one is on the
-        // wire, so nothing queues at the bottleneck.
+        // Sender: retransmissions first, then new data, within the windows; paced at the
+        // bottleneck rate (a segment goes out when the previous one is on the wire, so
+        // nothing queues at the bottleneck). It learns of losses only through the ACKs.
         while down.free_at <= now {
-            let i = match segs[una..].iter().position(|s| s.lost && !s.sacked) {
-                Some(k) if in_flight + segs[una + k].len <= cwnd => una + k,
+            while tx.rtx.front().is_some_and(|&i| tx.segs[i].sacked) {
+                tx.rtx.pop_front();
+            }
+            let i = match tx.rtx.front() {
+                Some(&i) if tx.in_flight + tx.segs[i].len <= cwnd => {
+                    tx.rtx.pop_front();
+                    i
+                }
                 Some(_) => break,
                 None => {
-                    if in_flight + MSS > cwnd {
+                    if tx.in_flight + MSS > cwnd {
                         break;
                     }
-                    let next_seq = segs.last().map_or(0, |s| s.start + s.len);
+                    let next_seq = tx.segs.last().map_or(0, |s| s.start + s.len);
                     // Commit frames (round-robin) until a full segment's worth is there.
                     while produced - next_seq < MSS && (left[0] > 0 || left[1] > 0) {
                         if left[rr] == 0 {
@@ -849,28 +926,24 @@ fn run_tcp(loss: Loss, run_after: Duration) -> Outcome {
                         rr = 1 - rr;
                     }
                     let len = (produced - next_seq).min(MSS);
-                    let una_seq = segs.get(una).map_or(next_seq, |s| s.start);
+                    let una_seq = tx.segs.get(tx.una).map_or(next_seq, |s| s.start);
                     if len == 0 || next_seq + len - una_seq > rwnd {
                         break;
                     }
-                    segs.push(Seg {
+                    tx.segs.push(Seg {
                         start: next_seq,
                         len,
+                        tx: 0,
                         sent_at: now,
                         sacked: false,
                         lost: false,
-                        later_sacked: 0,
                     });
-                    segs.len() - 1
+                    tx.segs.len() - 1
                 }
             };
-            let s = &mut segs[i];
-            s.sent_at = now;
-            s.lost = false;
-            s.later_sacked = 0;
-            in_flight += s.len;
+            let t = tx.transmit(i, now);
             let lost = bernoulli(loss, &mut rng);
-            down.send(now, s.len as usize + TCP_OVERHEAD, i, lost);
+            down.send(now, tx.segs[i].len as usize + TCP_OVERHEAD, t, lost);
         }
 
         if let (Some(t0), Some(done)) = (small_at, small_done) {
@@ -885,15 +958,10 @@ fn run_tcp(loss: Loss, run_after: Duration) -> Outcome {
                 };
             }
         }
-        let rto_at = segs[una..]
-            .iter()
-            .filter(|s| !s.sacked && !s.lost)
-            .map(|s| s.sent_at + rto)
-            .min();
         let next = [
             up.next_arrival(),
             down.next_arrival(),
-            rto_at,
+            tx.rto_at(rto),
             Some(down.free_at),
             small_at.map_or(Some(REQUEST_AT), |t| Some(t + run_after)),
         ]
