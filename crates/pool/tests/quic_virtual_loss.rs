@@ -33,12 +33,14 @@
 //! with ALPN `longhaul/1` and a self-signed Ed25519 certificate; seeded endpoint generators.
 //! The server application keeps the send buffer full of bulk data (as a copy loop does) and
 //! offers the small reply's bytes first at every step. Two behaviours of this configuration
-//! show in the figures: quinn's BBR keeps up to about one BDP queued at a deep bottleneck
-//! (in flight is capped by the 2-BDP send window), which is why the excess, not the raw time,
-//! is what the assertions compare; and quinn keeps data acknowledged beyond a hole counted in
-//! the connection-wide send window until the hole is repaired, so under random loss the bulk
-//! stream can fill the window and hold up the small reply's writes (the "write wait"). Set
-//! `LONGHAUL_VT_SEND_WINDOW_BDPS` to try another send window.
+//! show in the figures: quinn's BBR keeps up to about one BDP (~170 ms) queued at a deep
+//! bottleneck, which is why the excess, not the raw time, is what the assertions compare
+//! (the TCP model builds no queue at all); and quinn keeps data acknowledged beyond a hole
+//! counted in the connection-wide send window until the hole is repaired, so under random
+//! loss the bulk stream can fill the product's 2-BDP send window and hold up the small
+//! reply's writes (the "write wait", a head-of-line block at the sender). Set
+//! `LONGHAUL_VT_SEND_WINDOW_BDPS` to try another send window (with 3 BDP or more the write
+//! waits vanish in these runs).
 //!
 //! TCP side: a plain in-order pipe, not `mux::Session`: the server's mux scheduler is
 //! modelled as 16 KiB data frames (12-byte header) taken round-robin from the streams with
