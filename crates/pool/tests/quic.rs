@@ -385,9 +385,9 @@ async fn server_loss_resets_streams_retryably_and_the_pool_reconnects() {
 #[test]
 fn options_are_validated_and_windows_follow_the_link() {
     let o = QuicOptions::for_link(Duration::from_millis(300), 200_000_000);
-    // BDP = 7.5 MB: connection window 4 × BDP, send window 2 × BDP.
+    // BDP = 7.5 MB: connection window 4 × BDP, send window 4 × BDP.
     assert_eq!(o.receive_window, 30_000_000);
-    assert_eq!(o.send_window, 15_000_000);
+    assert_eq!(o.send_window, 30_000_000);
     assert!(o.stream_receive_window <= o.receive_window);
     assert!(o.validate().is_ok());
     let bad = QuicOptions {

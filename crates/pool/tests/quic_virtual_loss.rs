@@ -37,10 +37,10 @@
 //! bottleneck, which is why the excess, not the raw time, is what the assertions compare
 //! (the TCP model builds no queue at all); and quinn keeps data acknowledged beyond a hole
 //! counted in the connection-wide send window until the hole is repaired, so under random
-//! loss the bulk stream can fill the product's 2-BDP send window and hold up the small
-//! reply's writes (the "write wait", a head-of-line block at the sender). Set
-//! `LONGHAUL_VT_SEND_WINDOW_BDPS` to try another send window (with 3 BDP or more the write
-//! waits vanish in these runs).
+//! loss the bulk stream can fill a 2-BDP send window and hold up the small reply's writes
+//! (the "write wait", a head-of-line block at the sender; with 3 BDP or more the write waits
+//! vanish in these runs, which is why the product's default is 4 BDP). Set
+//! `LONGHAUL_VT_SEND_WINDOW_BDPS` to try another send window.
 //!
 //! TCP side: a plain in-order pipe, not `mux::Session`: the server's mux scheduler is
 //! modelled as 16 KiB data frames (12-byte header) taken round-robin from the streams with
@@ -1122,6 +1122,15 @@ fn random_loss(p: f64) {
         "{p}: median delay added to the small reply over QUIC {mqx:?} is at most over the \
          in-order pipe {mtx:?}"
     );
+    if std::env::var(SEND_WINDOW_ENV).is_err() {
+        // With the product's send window, the bulk stream's unrepaired holes never fill it:
+        // the small reply is written the moment it is offered.
+        assert!(
+            q_write < Duration::from_millis(1),
+            "{p}: the small reply waited {q_write:?} for send-window space behind the bulk \
+             stream"
+        );
+    }
 }
 
 #[test]
