@@ -10,23 +10,16 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pool::tls::{gen_keys, GenKeysOptions, TlsClient, TlsDialer, TlsFiles, TlsServer};
+use pool::tls::{TlsClient, TlsDialer, TlsServer};
 use pool::{Pool, PoolConfig, Server};
 use support::{echo_server, median, run, STREAMS};
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let mb: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(256);
-    let reps: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let (mb, reps) = support::args();
     let total = mb * 1024 * 1024;
-    let dir = std::env::temp_dir().join(format!("longhaul-tls-cost-{}", std::process::id()));
-    gen_keys(&dir, &GenKeysOptions::default()).unwrap();
-    let f = |side: &str| TlsFiles {
-        cert: dir.join(format!("{side}.pem")),
-        key: dir.join(format!("{side}.key")),
-        ca: vec![dir.join("ca.pem")],
-    };
+    let dir = support::keys("tls-cost");
+    let f = |side: &str| support::files(&dir, side);
     let plain_srv = echo_server(Arc::new(pool::PlainTcp)).await;
     let tls_srv = echo_server(Arc::new(TlsServer::new(f("remote")).unwrap())).await;
     let cfg = |s: &Server| PoolConfig {

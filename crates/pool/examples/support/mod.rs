@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use pool::tls::{gen_keys, GenKeysOptions, TlsFiles};
 use pool::{Kind, Pool, Server, ServerConfig, Upgrader};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -101,4 +102,28 @@ pub async fn measure(pool: &Pool, total: usize) -> (f64, f64) {
     let c = (cpu() - c0).as_secs_f64();
     let gb = 2.0 * total as f64 / 1e9; // both directions
     (2.0 * total as f64 / 1048576.0 / d.as_secs_f64(), c / gb)
+}
+
+/// `[MB per run] [repetitions]` from the command line (defaults 256 and 5).
+pub fn args() -> (usize, usize) {
+    let args: Vec<String> = std::env::args().collect();
+    let mb = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(256);
+    let reps = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(5);
+    (mb, reps)
+}
+
+/// `gen-keys` output in a fresh temporary directory named after `name`.
+pub fn keys(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("longhaul-{name}-{}", std::process::id()));
+    gen_keys(&dir, &GenKeysOptions::default()).unwrap();
+    dir
+}
+
+/// The TLS files of `side` (`edge` or `remote`) in a [`keys`] directory.
+pub fn files(dir: &std::path::Path, side: &str) -> TlsFiles {
+    TlsFiles {
+        cert: dir.join(format!("{side}.pem")),
+        key: dir.join(format!("{side}.key")),
+        ca: vec![dir.join("ca.pem")],
+    }
 }
