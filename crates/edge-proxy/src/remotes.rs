@@ -3,8 +3,11 @@
 //!
 //! Choice: remotes with at least one pool connection up come first, ordered by outstanding
 //! bytes (queued in the process + kernel send queue, summed over the pool's connections, from
-//! [`Pool::load`]), then by open streams, then by a rotating index so that idle remotes share
-//! new streams evenly. A remote whose open fails (no connection up, draining, every stream slot
+//! [`Pool::load`]) counted in units of [`LOAD_QUANTUM`], then by open streams, then by a
+//! rotating index so that idle remotes share new streams evenly. The quantum keeps a request
+//! head that waits only for the peer's delayed ACK (its reply may come back on another
+//! connection, so nothing piggybacks the ACK) from steering every new stream to the other
+//! remotes for the 40 ms of the delayed-ACK timer. A remote whose open fails (no connection up, draining, every stream slot
 //! taken) is skipped and the next is tried; remotes with nothing up are tried last, so the error
 //! names every remote. Only when every remote that is up is at its stream limit does the open
 //! wait (bounded, see [`pool::PoolConfig::open_wait`]) for a slot, on the first of them in that
@@ -24,6 +27,10 @@ use bytes::Bytes;
 use pool::{ConnStats, MuxStream, Pool, PoolError, PoolLoad};
 
 use crate::transport::{FarFailure, OpenError, StreamKind, Transport};
+
+/// Outstanding bytes below this much count as equal when remotes are compared: a few request
+/// heads unacknowledged in the kernel say nothing about load, a window's worth of upload does.
+pub const LOAD_QUANTUM: u64 = 16 * 1024;
 
 /// How often the health of each remote is checked for the log.
 pub const DEFAULT_HEALTH_LOG_INTERVAL: Duration = Duration::from_secs(1);
@@ -127,7 +134,8 @@ impl Remotes {
 }
 
 /// The order in which remotes of loads `loads` are tried: those with a connection up by
-/// (outstanding bytes, streams, distance from `start`), then the others.
+/// (outstanding bytes in units of [`LOAD_QUANTUM`], streams, distance from `start`), then the
+/// others.
 pub fn order(loads: &[PoolLoad], start: usize) -> Vec<usize> {
     let n = loads.len();
     let mut idx: Vec<usize> = (0..n).collect();
@@ -135,7 +143,7 @@ pub fn order(loads: &[PoolLoad], start: usize) -> Vec<usize> {
         let l = loads[i];
         (
             l.up == 0,
-            l.outstanding,
+            l.outstanding / LOAD_QUANTUM,
             l.streams,
             (i + n - start % n.max(1)) % n.max(1),
         )
@@ -236,7 +244,7 @@ mod tests {
 
     #[test]
     fn least_outstanding_first_down_last() {
-        let loads = [load(2, 5000, 1), load(0, 0, 0), load(1, 100, 9)];
+        let loads = [load(2, 500_000, 1), load(0, 0, 0), load(1, 100, 9)];
         assert_eq!(order(&loads, 0), vec![2, 0, 1]);
         // Streams break ties in outstanding bytes.
         let loads = [load(2, 0, 3), load(2, 0, 1)];
@@ -251,5 +259,17 @@ mod tests {
         // All down: every remote is still tried, so the error names them all.
         let loads = [load(0, 0, 0), load(0, 0, 0)];
         assert_eq!(order(&loads, 1).len(), 2);
+    }
+
+    #[test]
+    fn a_request_head_awaiting_a_delayed_ack_does_not_count_as_load() {
+        // One remote's connection still holds an 83-byte request head the peer has not
+        // acknowledged yet: the remotes still take turns.
+        let loads = [load(2, 83, 0), load(2, 0, 0)];
+        let firsts: Vec<usize> = (0..4).map(|s| order(&loads, s)[0]).collect();
+        assert_eq!(firsts, vec![0, 1, 0, 1]);
+        // A window's worth of upload does count.
+        let loads = [load(2, 4 * LOAD_QUANTUM, 0), load(2, 0, 0)];
+        assert_eq!(order(&loads, 0)[0], 1);
     }
 }

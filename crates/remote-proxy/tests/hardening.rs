@@ -252,8 +252,9 @@ fn two_remotes_share_streams_fail_over_and_recover() {
     std::thread::sleep(Duration::from_millis(200));
     assert!(
         access_lines(&ra) >= 5,
-        "restarted remote serves again:\n{}",
-        ra.log_text()
+        "restarted remote serves again:\n{}\nEDGE\n{}",
+        ra.log_text(),
+        edge.log_text()
     );
     drop(rb);
 }
