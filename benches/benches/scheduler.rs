@@ -19,6 +19,7 @@ fn loads(n: usize) -> Vec<Load> {
         .map(|i| Load {
             outstanding: (i * 7919 + 13) % 1_000_003,
             streams: (i % 17) as u32,
+            window: (i * 104_729 + 14_480) % 2_000_003,
         })
         .collect()
 }

@@ -8,6 +8,14 @@ pub enum Policy {
     /// Least outstanding bytes: bytes queued in the process for the connection
     /// plus the kernel's send queue (unsent + unacknowledged) reported by the
     /// driver. Ties go to fewer bound streams, then to the lower connection.
+    ///
+    /// When the driver reports every candidate's congestion window, outstanding
+    /// bytes are weighed against it: the connection with the most window left
+    /// (window − outstanding) wins, so new bytes go where they can leave at once
+    /// rather than onto a connection that has carried little and must grow its
+    /// window over several round trips; when no connection has window left, the
+    /// one with the fewest outstanding bytes per byte of window (the shortest
+    /// drain) wins.
     #[default]
     LeastOutstanding,
     /// Each new direction goes to the next connection in turn (baseline).
@@ -23,6 +31,21 @@ pub struct Load {
     pub outstanding: u64,
     /// Streams with a direction bound to the connection.
     pub streams: u32,
+    /// Congestion window in bytes as last reported by the driver (TCP: cwnd × MSS
+    /// from `TCP_INFO`); 0 if unknown.
+    pub window: u64,
+}
+
+impl Load {
+    /// Window left for new bytes now: `window − outstanding`, at least 0.
+    fn free(&self) -> u64 {
+        self.window.saturating_sub(self.outstanding)
+    }
+
+    /// Outstanding bytes per byte of window, in 1/1024 (the drain time in round trips × 1024).
+    fn drain(&self) -> u64 {
+        (u128::from(self.outstanding) * 1024 / u128::from(self.window.max(1))) as u64
+    }
 }
 
 impl Policy {
@@ -39,6 +62,19 @@ impl Policy {
                 *cursor = cursor.wrapping_add(1);
                 Some(i)
             }
+            Policy::LeastOutstanding if loads.iter().all(|l| l.window > 0) => loads
+                .iter()
+                .enumerate()
+                .min_by_key(|(i, l)| {
+                    (
+                        std::cmp::Reverse(l.free()),
+                        l.drain(),
+                        l.outstanding,
+                        l.streams,
+                        *i,
+                    )
+                })
+                .map(|(i, _)| i),
             Policy::LeastOutstanding => loads
                 .iter()
                 .enumerate()
@@ -75,6 +111,15 @@ mod tests {
         Load {
             outstanding,
             streams,
+            window: 0,
+        }
+    }
+
+    fn w(outstanding: u64, streams: u32, window: u64) -> Load {
+        Load {
+            outstanding,
+            streams,
+            window,
         }
     }
 
@@ -85,6 +130,30 @@ mod tests {
         assert_eq!(Policy::LeastOutstanding.choose(&loads, &mut c), Some(2));
         assert_eq!(Policy::FewestStreams.choose(&loads, &mut c), Some(0));
         assert_eq!(Policy::LeastOutstanding.choose(&[], &mut c), None);
+    }
+
+    #[test]
+    fn least_outstanding_with_windows_prefers_the_most_window_left() {
+        let mut c = 0;
+        // A warm connection (1 MB window, 200 KB in flight) beats an idle cold one
+        // (initial window of 10 segments): 800 KB can leave at once there.
+        let loads = [w(0, 0, 14_480), w(200_000, 3, 1_000_000)];
+        assert_eq!(Policy::LeastOutstanding.choose(&loads, &mut c), Some(1));
+        // Once the warm one's window is used up, new bytes spill to the cold one.
+        let loads = [w(0, 0, 14_480), w(1_200_000, 9, 1_000_000)];
+        assert_eq!(Policy::LeastOutstanding.choose(&loads, &mut c), Some(0));
+        // No window left anywhere: the shortest drain (outstanding ÷ window) wins,
+        // not the fewest bytes.
+        let loads = [w(100_000, 1, 50_000), w(1_500_000, 1, 1_000_000)];
+        assert_eq!(Policy::LeastOutstanding.choose(&loads, &mut c), Some(1));
+        // Equal windows and equal load: fewer streams, then the lower index.
+        let loads = [w(0, 2, 64_000), w(0, 1, 64_000), w(0, 1, 64_000)];
+        assert_eq!(Policy::LeastOutstanding.choose(&loads, &mut c), Some(1));
+        // One window unknown: bytes alone decide, as without windows.
+        let loads = [w(10, 0, 0), w(5, 0, 1_000_000)];
+        assert_eq!(Policy::LeastOutstanding.choose(&loads, &mut c), Some(1));
+        let loads = [w(5, 0, 0), w(10, 0, 1_000_000)];
+        assert_eq!(Policy::LeastOutstanding.choose(&loads, &mut c), Some(0));
     }
 
     #[test]

@@ -205,6 +205,8 @@ struct Conn {
     queued_streams: u64,
     /// Kernel send queue (unsent + unacknowledged) reported by the driver.
     kernel: u64,
+    /// Congestion window in bytes reported by the driver; 0 if unknown.
+    window: u64,
     /// Streams with at least one direction bound here.
     streams: u32,
     /// Largest frame payload the peer accepts (from its HELLO).
@@ -326,6 +328,7 @@ impl Session {
                 sendq: VecDeque::new(),
                 queued_streams: 0,
                 kernel: 0,
+                window: 0,
                 streams: 0,
                 peer_max_frame: 1024,
                 last_open: 0,
@@ -393,6 +396,15 @@ impl Session {
     pub fn set_kernel_outstanding(&mut self, conn: ConnId, bytes: u64) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.kernel = bytes;
+        }
+    }
+
+    /// Reports the congestion window of `conn` in bytes (TCP: cwnd × MSS from
+    /// `TCP_INFO`), which the least-outstanding policy weighs outstanding bytes
+    /// against once every Up lane has one (PROTOCOL.md §5.1); 0 means unknown.
+    pub fn set_congestion_window(&mut self, conn: ConnId, bytes: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.window = bytes;
         }
     }
 
@@ -834,6 +846,7 @@ impl Session {
                 let l = Load {
                     outstanding: c.outstanding(),
                     streams: c.streams,
+                    window: c.window,
                 };
                 self.scratch.push((*id, l));
                 self.scratch_loads.push(l);

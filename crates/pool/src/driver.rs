@@ -129,7 +129,11 @@ async fn writer(
             // was full; nothing else would push them out.
             wr.flush().await?;
             kernel = probe.kernel_outstanding();
-            shared.op(|i| i.session.set_kernel_outstanding(conn, kernel));
+            let window = congestion_window(probe);
+            shared.op(|i| {
+                i.session.set_kernel_outstanding(conn, kernel);
+                i.session.set_congestion_window(conn, window);
+            });
             if !close {
                 continue;
             }
@@ -156,7 +160,18 @@ async fn writer(
         let k = probe.kernel_outstanding();
         if k != kernel {
             kernel = k;
-            shared.op(|i| i.session.set_kernel_outstanding(conn, k));
+            let window = congestion_window(probe);
+            shared.op(|i| {
+                i.session.set_kernel_outstanding(conn, k);
+                i.session.set_congestion_window(conn, window);
+            });
         }
     }
+}
+
+/// The carrier's congestion window in bytes (`TCP_INFO` cwnd × MSS); 0 if unknown.
+fn congestion_window(probe: &dyn Probe) -> u64 {
+    probe
+        .tcp_info()
+        .map_or(0, |t| u64::from(t.snd_cwnd) * u64::from(t.snd_mss))
 }
