@@ -273,13 +273,13 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
     let probe_w = probe_w.unwrap_or_else(|| all[0].id.clone());
 
     let mut remotes = Vec::new();
-    for c in systems::CONGESTION {
-        if suite
-            .systems
-            .iter()
-            .any(|s| s.id == "longhaul-tcp" && s.params.congestion.as_deref().unwrap_or("bbr") == c)
-        {
-            remotes.push(systems::start_longhaul_remote(bed, dir, c)?);
+    for carrier in systems::CARRIERS {
+        for c in systems::CONGESTION {
+            if suite.systems.iter().any(|s| {
+                s.carrier() == Some(carrier) && s.params.congestion.as_deref().unwrap_or("bbr") == c
+            }) {
+                remotes.push(systems::start_longhaul_remote(bed, dir, carrier, c)?);
+            }
         }
     }
     let mut rows = Vec::new();
@@ -289,7 +289,8 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
         if spec.unsupported("http").is_some() {
             continue;
         }
-        let k = if spec.id == "longhaul-tcp" {
+        // Every longhaul variant (either carrier) gets its own edge-proxy port.
+        let k = if spec.carrier().is_some() {
             lh += 1;
             lh - 1
         } else {
@@ -460,7 +461,7 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
                 .find(|s| s.id == sys.spec.id)
                 .map(|s| &s.params);
             // The pool-size variants (seed 001 draws one line per number of connections).
-            if sys.spec.id == "longhaul-tcp"
+            if sys.spec.carrier().is_some()
                 && (p.congestion != main_variant.and_then(|m| m.congestion.clone())
                     || p.policy != main_variant.and_then(|m| m.policy.clone()))
             {
