@@ -28,11 +28,17 @@ fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("plotting: {e:?}")
 }
 
-/// The longhaul variant shown next to the peers: N=10 if measured, else the first.
-fn primary_longhaul(rows: &[&Row]) -> Option<crate::results::Params> {
+/// Whether `system` is one of longhaul's (`longhaul-tcp`, `longhaul-quic`).
+fn is_longhaul(system: &str) -> bool {
+    crate::systems::carrier_of(system).is_some()
+}
+
+/// The variant of longhaul system `system` shown next to the peers: N=10 if measured, else
+/// the first.
+fn primary_longhaul(rows: &[&Row], system: &str) -> Option<crate::results::Params> {
     let lh: Vec<&&Row> = rows
         .iter()
-        .filter(|r| r.system == "longhaul-tcp" && r.measured)
+        .filter(|r| r.system == system && r.measured)
         .collect();
     lh.iter()
         .find(|r| r.params.pool_size == Some(10))
@@ -84,7 +90,13 @@ pub fn draw_all(dir: &Path, rows: &[Row], load: &[LoadPoint]) -> Result<Vec<Path
 }
 
 fn plt_bars(path: &Path, title: &str, rows: &[&Row]) -> Result<bool> {
-    let primary = primary_longhaul(rows);
+    let primary_tcp = primary_longhaul(rows, "longhaul-tcp");
+    let primary_quic = primary_longhaul(rows, "longhaul-quic");
+    let primary = |sys: &str| match sys {
+        "longhaul-tcp" => primary_tcp.as_ref(),
+        "longhaul-quic" => primary_quic.as_ref(),
+        _ => None,
+    };
     let mut workloads: Vec<String> = Vec::new();
     for r in rows {
         if !workloads.contains(&r.workload) && r.plt_ms_median.is_some() {
@@ -93,7 +105,7 @@ fn plt_bars(path: &Path, title: &str, rows: &[&Row]) -> Result<bool> {
     }
     let shown = |r: &Row| -> bool {
         r.plt_ms_median.is_some()
-            && (r.system != "longhaul-tcp" || Some(&r.params) == primary.as_ref())
+            && (!is_longhaul(&r.system) || Some(&r.params) == primary(&r.system))
     };
     let systems: Vec<&str> = SYSTEMS
         .iter()
@@ -162,10 +174,10 @@ fn plt_bars(path: &Path, title: &str, rows: &[&Row]) -> Result<bool> {
         }
         let label = if *sys == "floor" {
             "floor (computed)".to_string()
-        } else if *sys == "longhaul-tcp" {
+        } else if is_longhaul(sys) {
             format!(
-                "longhaul-tcp {}",
-                primary.as_ref().map(|p| p.label()).unwrap_or_default()
+                "{sys} {}",
+                primary(sys).map(|p| p.label()).unwrap_or_default()
             )
         } else {
             sys.to_string()
@@ -259,22 +271,31 @@ fn line_chart(
 fn pool_lines(path: &Path, profile: &str, rows: &[Row]) -> Result<bool> {
     let lh: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.profile == profile && r.system == "longhaul-tcp" && r.plt_ms_median.is_some())
+        .filter(|r| r.profile == profile && is_longhaul(&r.system) && r.plt_ms_median.is_some())
         .collect();
     let Some(first) = lh.first() else {
         return Ok(false);
     };
+    // The sweep runs with the first congestion control and policy (the same for both carriers).
     let (c0, p0) = (first.params.congestion.clone(), first.params.policy.clone());
-    let keys: BTreeSet<(String, String, String)> = lh
+    let keys: BTreeSet<(String, String, String, String)> = lh
         .iter()
-        .map(|r| (r.workload.clone(), r.client.clone(), r.scheme.clone()))
+        .map(|r| {
+            (
+                r.system.clone(),
+                r.workload.clone(),
+                r.client.clone(),
+                r.scheme.clone(),
+            )
+        })
         .collect();
     let mut series = Vec::new();
-    for (w, c, s) in keys {
+    for (sys, w, c, s) in keys {
         let mut v: Vec<(f64, f64)> = lh
             .iter()
             .filter(|r| {
-                r.workload == w
+                r.system == sys
+                    && r.workload == w
                     && r.client == c
                     && r.scheme == s
                     && r.params.congestion == c0
@@ -284,11 +305,12 @@ fn pool_lines(path: &Path, profile: &str, rows: &[Row]) -> Result<bool> {
             .collect();
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         if v.len() >= 2 {
-            series.push((format!("{w} {c} {s}"), v));
+            let carrier = crate::systems::carrier_of(&sys).unwrap_or_default();
+            series.push((format!("{carrier}: {w} {c} {s}"), v));
         }
     }
     let title = format!(
-        "longhaul-tcp PLT vs pool connections, {profile} ({} {})",
+        "longhaul PLT vs pool connections, {profile} ({} {})",
         c0.unwrap_or_default(),
         p0.unwrap_or_default()
     );
@@ -397,6 +419,16 @@ mod tests {
                 vec![500.0],
                 vec![],
             ),
+            Row::measured(
+                "pacific",
+                "yahoo",
+                "replay",
+                "longhaul-quic",
+                lh(10),
+                "http",
+                vec![450.0],
+                vec![],
+            ),
             Row::floor("pacific", "yahoo", "replay", "http", 400.0),
         ];
         let files = draw_all(&dir, &rows, &[]).unwrap();
@@ -410,7 +442,10 @@ mod tests {
         );
         let svg = std::fs::read_to_string(&files[0]).unwrap();
         assert!(
-            svg.contains("floor (computed)") && svg.contains("yahoo"),
+            svg.contains("floor (computed)")
+                && svg.contains("yahoo")
+                && svg.contains("longhaul-quic N=10 bbr least-outstanding")
+                && svg.contains("longhaul-tcp N=10 bbr least-outstanding"),
             "labels missing"
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// System ids, in display order. `longhaul-quic` is reserved (not built yet).
+/// System ids, in display order.
 pub const SYSTEMS: [&str; 7] = [
     "direct",
     "single-proxy",
@@ -396,10 +396,51 @@ pub fn markdown_table(rows: &[Row]) -> String {
     s
 }
 
-/// The summary document: header, table, notes of skipped rows and errors.
+/// The QUIC carrier against the TCP pool: for every (profile, workload, client, scheme) and
+/// parameter set measured with both `longhaul-tcp` and `longhaul-quic`, the ratio of their
+/// medians and of their p95 (below 1: QUIC faster). Empty when no such pair exists.
+pub fn quic_vs_tcp_markdown(rows: &[Row]) -> String {
+    let mut s = String::new();
+    for q in rows
+        .iter()
+        .filter(|r| r.system == "longhaul-quic" && r.measured)
+    {
+        let Some(t) = rows.iter().find(|t| {
+            t.system == "longhaul-tcp"
+                && t.measured
+                && t.group() == q.group()
+                && t.params == q.params
+        }) else {
+            continue;
+        };
+        if s.is_empty() {
+            s.push_str("\n## longhaul-quic ÷ longhaul-tcp\n\n");
+            s.push_str("Same parameters, same run; below 1: QUIC faster.\n\n");
+            s.push_str("| profile | workload | client | scheme | params | tcp median ms | quic median ms | quic ÷ tcp median | quic ÷ tcp p95 |\n");
+            s.push_str("|---|---|---|---|---|---:|---:|---:|---:|\n");
+        }
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            q.profile,
+            q.workload,
+            q.client,
+            q.scheme,
+            q.params.label(),
+            ms(t.plt_ms_median),
+            ms(q.plt_ms_median),
+            x(stats::ratio(q.plt_ms_median, t.plt_ms_median)),
+            x(stats::ratio(q.plt_ms_p95, t.plt_ms_p95)),
+        );
+    }
+    s
+}
+
+/// The summary document: header, table, QUIC against TCP, notes of skipped rows and errors.
 pub fn markdown_summary(title: &str, preamble: &str, rows: &[Row]) -> String {
     let mut s = format!("# {title}\n\n{preamble}\n\n");
     s.push_str(&markdown_table(rows));
+    s.push_str(&quic_vs_tcp_markdown(rows));
     let notes: Vec<&Row> = rows
         .iter()
         .filter(|r| r.note.is_some() && r.system != "floor")
@@ -559,6 +600,28 @@ mod tests {
         let t = targets(&r);
         assert_eq!(t[2].met, Some(false));
         assert!(targets_markdown(&r).contains("**missed**"));
+    }
+
+    #[test]
+    fn quic_rows_are_set_against_tcp_rows_with_the_same_params() {
+        let mut r = rows();
+        assert_eq!(quic_vs_tcp_markdown(&r), "");
+        let mut q = r[1].clone();
+        q.system = "longhaul-quic".into();
+        q.samples_ms = vec![360.0];
+        q.runs = 1;
+        q.failures = 0;
+        q.errors.clear();
+        q.plt_ms_median = Some(360.0);
+        q.plt_ms_p95 = Some(360.0);
+        r.push(q);
+        validate(&r).unwrap();
+        let md = markdown_summary("t", "p", &r);
+        assert!(md.contains("## longhaul-quic ÷ longhaul-tcp"), "{md}");
+        assert!(
+            md.contains("| pacific | yahoo | replay | http | N=10 bbr least-outstanding | 450 | 360 | 0.80 |"),
+            "{md}"
+        );
     }
 
     #[test]

@@ -17,8 +17,8 @@ use crate::workload::Workload;
 use anyhow::{bail, Context, Result};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Initial windows of seed 000's Table 1.
 pub const SEED_000_INITCWNDS: [u32; 7] = [1, 3, 5, 7, 10, 16, 32];
@@ -209,13 +209,33 @@ fn start_nginx(bed: &dyn Bed, site: &Site) -> Result<Child> {
         .context("starting nginx in the origin namespace")
 }
 
+/// The origin's nginx master (the spawned process itself: `nsenter`, `unshare` and `sh` exec
+/// into it). Stopped with SIGTERM so that the master stops its worker: SIGKILL would leave the
+/// worker running, orphaned, holding every file descriptor the runner inherited (such as the
+/// lock of `flock` that runs the measurement).
 struct Nginx(Child);
 impl Drop for Nginx {
     fn drop(&mut self) {
+        let pid = self.0.id().to_string();
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + NGINX_STOP;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
+
+/// How long nginx may take to stop after SIGTERM before it is killed.
+const NGINX_STOP: Duration = Duration::from_secs(3);
 
 /// Runs `suite`; returns every row (ratios filled in) and the load points.
 pub fn run_suite(suite: &Suite, cx: &RunContext) -> Result<Outcome> {
@@ -273,13 +293,13 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
     let probe_w = probe_w.unwrap_or_else(|| all[0].id.clone());
 
     let mut remotes = Vec::new();
-    for c in systems::CONGESTION {
-        if suite
-            .systems
-            .iter()
-            .any(|s| s.id == "longhaul-tcp" && s.params.congestion.as_deref().unwrap_or("bbr") == c)
-        {
-            remotes.push(systems::start_longhaul_remote(bed, dir, c)?);
+    for carrier in systems::CARRIERS {
+        for c in systems::CONGESTION {
+            if suite.systems.iter().any(|s| {
+                s.carrier() == Some(carrier) && s.params.congestion.as_deref().unwrap_or("bbr") == c
+            }) {
+                remotes.push(systems::start_longhaul_remote(bed, dir, carrier, c)?);
+            }
         }
     }
     let mut rows = Vec::new();
@@ -289,7 +309,8 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
         if spec.unsupported("http").is_some() {
             continue;
         }
-        let k = if spec.id == "longhaul-tcp" {
+        // Every longhaul variant (either carrier) gets its own edge-proxy port.
+        let k = if spec.carrier().is_some() {
             lh += 1;
             lh - 1
         } else {
@@ -460,7 +481,7 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
                 .find(|s| s.id == sys.spec.id)
                 .map(|s| &s.params);
             // The pool-size variants (seed 001 draws one line per number of connections).
-            if sys.spec.id == "longhaul-tcp"
+            if sys.spec.carrier().is_some()
                 && (p.congestion != main_variant.and_then(|m| m.congestion.clone())
                     || p.policy != main_variant.and_then(|m| m.policy.clone()))
             {

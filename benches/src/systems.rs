@@ -7,8 +7,10 @@
 //! - `haproxy-h2`: HAProxy in the edge namespace → HTTP/2 (one multiplexed connection) → HAProxy
 //!   in the remote namespace, which routes on the Host header. Plain HTTP only: HAProxy is not a
 //!   CONNECT forward proxy.
-//! - `longhaul-tcp`: longhaul's edge-proxy (edge) and remote-proxy (remote) over a TCP pool.
-//! - `longhaul-quic`: reserved; not built yet.
+//! - `longhaul-tcp`: longhaul's edge-proxy (edge) and remote-proxy (remote) over a TCP pool
+//!   (mutual TLS 1.3 over TCP).
+//! - `longhaul-quic`: the same proxies with `carrier = quic`: a pool of QUIC connections (UDP,
+//!   mutual TLS 1.3 built in), one QUIC stream per request.
 //!
 //! Origin-facing idle connections of the peers expire after [`ORIGIN_IDLE_SECS`], and the
 //! runner leaves a longer gap between repetitions, so no system carries warm origin connections
@@ -50,8 +52,18 @@ impl SystemSpec {
 
     /// A longhaul-tcp variant.
     pub fn longhaul(pool: u32, congestion: &str, policy: &str) -> SystemSpec {
+        SystemSpec::longhaul_on("longhaul-tcp", pool, congestion, policy)
+    }
+
+    /// A longhaul-quic variant.
+    pub fn longhaul_quic(pool: u32, congestion: &str, policy: &str) -> SystemSpec {
+        SystemSpec::longhaul_on("longhaul-quic", pool, congestion, policy)
+    }
+
+    /// A longhaul variant of system `id` (`longhaul-tcp` or `longhaul-quic`).
+    fn longhaul_on(id: &str, pool: u32, congestion: &str, policy: &str) -> SystemSpec {
         SystemSpec {
-            id: "longhaul-tcp".into(),
+            id: id.into(),
             params: Params {
                 pool_size: Some(pool),
                 congestion: Some(congestion.into()),
@@ -59,6 +71,11 @@ impl SystemSpec {
                 initcwnd: None,
             },
         }
+    }
+
+    /// Carrier of a longhaul system (`tcp`, `quic`); `None` for the other systems.
+    pub fn carrier(&self) -> Option<&'static str> {
+        carrier_of(&self.id)
     }
 
     /// Display label (`longhaul-tcp N=10 bbr least-outstanding`).
@@ -74,13 +91,56 @@ impl SystemSpec {
     /// Why this system cannot carry `scheme`, if it cannot.
     pub fn unsupported(&self, scheme: &str) -> Option<&'static str> {
         match (self.id.as_str(), scheme) {
-            ("longhaul-quic", _) => Some("longhaul over QUIC is not built yet (system id reserved)"),
             ("haproxy-h2", "https") => {
                 Some("HAProxy is not a CONNECT forward proxy, so the HTTP/2 chain carries plain HTTP only")
             }
             _ => None,
         }
     }
+}
+
+/// Carrier of longhaul system `id` (`tcp`, `quic`); `None` for the other systems.
+pub fn carrier_of(id: &str) -> Option<&'static str> {
+    match id {
+        "longhaul-tcp" => Some("tcp"),
+        "longhaul-quic" => Some("quic"),
+        _ => None,
+    }
+}
+
+/// The variants of one system id a suite runs. For a longhaul system: the pool-size sweep with
+/// the first congestion control and policy, then every congestion control × policy at the
+/// default pool size (10 if swept, else the first size). Other systems have one variant.
+pub fn variants(
+    id: &str,
+    pools: &[u32],
+    congestion: &[String],
+    policies: &[String],
+) -> Vec<SystemSpec> {
+    if carrier_of(id).is_none() {
+        return vec![SystemSpec::plain(id)];
+    }
+    let mut specs = Vec::new();
+    let (Some(c0), Some(p0)) = (congestion.first(), policies.first()) else {
+        return specs;
+    };
+    for n in pools {
+        specs.push(SystemSpec::longhaul_on(id, *n, c0, p0));
+    }
+    let n0 = if pools.contains(&10) {
+        10
+    } else {
+        pools.first().copied().unwrap_or(10)
+    };
+    for c in congestion {
+        for p in policies {
+            let v = SystemSpec::longhaul_on(id, n0, c, p);
+            if !specs.contains(&v) {
+                specs.push(v);
+            }
+        }
+    }
+    specs
 }
 
 /// A started system: its processes and the proxy address clients use.
@@ -135,8 +195,10 @@ pub struct Ports {
     pub haproxy_remote: u16,
     /// First edge-proxy port (one per longhaul variant).
     pub longhaul_edge_base: u16,
-    /// remote-proxy listener.
+    /// remote-proxy TCP listener (longhaul-tcp).
     pub longhaul_remote: u16,
+    /// remote-proxy UDP listener (longhaul-quic); kept apart from the TCP ports.
+    pub longhaul_quic_remote: u16,
 }
 
 /// The ports used in the test bed.
@@ -147,6 +209,7 @@ pub const PORTS: Ports = Ports {
     haproxy_remote: 8443,
     longhaul_edge_base: 3200,
     longhaul_remote: 4443,
+    longhaul_quic_remote: 4453,
 };
 
 /// Writes a hosts file for the peers' resolvers.
@@ -356,30 +419,47 @@ impl Drop for LonghaulRemote {
 }
 
 /// Congestion controls the remote-proxies are started with; the remote for `CONGESTION[i]`
-/// listens on `PORTS.longhaul_remote + i` (the far side sends most bytes, so each congestion
-/// control gets its own remote-proxy).
+/// listens on `PORTS.longhaul_remote + i` (TCP) or `PORTS.longhaul_quic_remote + i` (QUIC,
+/// UDP) (the far side sends most bytes, so each carrier and congestion control gets its own
+/// remote-proxy).
 pub const CONGESTION: [&str; 3] = ["bbr", "cubic", "reno"];
 
-/// Port of the remote-proxy running `congestion`.
-pub fn longhaul_remote_port(congestion: &str) -> Result<u16> {
+/// Carriers of the longhaul systems, as `--carrier` names them.
+pub const CARRIERS: [&str; 2] = ["tcp", "quic"];
+
+/// Port of the remote-proxy running `carrier` with `congestion`.
+pub fn longhaul_remote_port(carrier: &str, congestion: &str) -> Result<u16> {
     let i = CONGESTION
         .iter()
         .position(|c| *c == congestion)
         .with_context(|| {
             format!("unknown congestion control {congestion:?} (one of {CONGESTION:?})")
         })?;
-    Ok(PORTS.longhaul_remote + i as u16)
+    let base = match carrier {
+        "tcp" => PORTS.longhaul_remote,
+        "quic" => PORTS.longhaul_quic_remote,
+        other => bail!("unknown carrier {other:?} (one of {CARRIERS:?})"),
+    };
+    Ok(base + i as u16)
 }
 
-/// Starts longhaul's remote-proxy with `congestion` in the remote namespace.
+/// Starts longhaul's remote-proxy for `carrier` with `congestion` in the remote namespace.
 pub fn start_longhaul_remote(
     bed: &dyn Bed,
     dir: &Path,
+    carrier: &str,
     congestion: &str,
 ) -> Result<LonghaulRemote> {
-    let d = own_dir(dir, &format!("longhaul-remote-{congestion}"))?;
+    let name = match carrier {
+        "tcp" => format!("longhaul-remote-{congestion}"),
+        _ => format!("longhaul-remote-{carrier}-{congestion}"),
+    };
+    let d = own_dir(dir, &name)?;
     let link = bed.link();
-    let listen = SocketAddr::new(bed.addr(Node::Remote), longhaul_remote_port(congestion)?);
+    let listen = SocketAddr::new(
+        bed.addr(Node::Remote),
+        longhaul_remote_port(carrier, congestion)?,
+    );
     let bin = longhaul_bin("remote-proxy")?;
     // Same rule as the peers: origin connections do not stay warm from one visit to the next.
     let conf = d.join("remote-proxy.toml");
@@ -398,6 +478,8 @@ pub fn start_longhaul_remote(
         "--tls-dir".into(),
         longhaul_keys(dir)?.display().to_string(),
         "--allow-private-targets".into(),
+        "--carrier".into(),
+        carrier.into(),
         "--congestion".into(),
         congestion.into(),
         "--link-rtt-ms".into(),
@@ -495,7 +577,8 @@ pub fn start(
             r.pid_files.push(p);
             r.proxy = Some(listen);
         }
-        "longhaul-tcp" => {
+        "longhaul-tcp" | "longhaul-quic" => {
+            let carrier = spec.carrier().unwrap_or("tcp");
             let listen = SocketAddr::new(edge, PORTS.longhaul_edge_base + k as u16);
             let d = own_dir(dir, &format!("longhaul-edge-{k}"))?;
             let link = bed.link();
@@ -508,9 +591,11 @@ pub fn start(
                 "--remote".into(),
                 SocketAddr::new(
                     remote,
-                    longhaul_remote_port(p.congestion.as_deref().unwrap_or("bbr"))?,
+                    longhaul_remote_port(carrier, p.congestion.as_deref().unwrap_or("bbr"))?,
                 )
                 .to_string(),
+                "--carrier".into(),
+                carrier.into(),
                 "--connections".into(),
                 p.pool_size.unwrap_or(10).to_string(),
                 "--policy".into(),
@@ -624,9 +709,9 @@ mod tests {
 
     #[test]
     fn unsupported_combinations_say_why() {
-        assert!(SystemSpec::plain("longhaul-quic")
-            .unsupported("http")
-            .is_some());
+        assert!(SystemSpec::longhaul_quic(10, "bbr", "least-outstanding")
+            .unsupported("https")
+            .is_none());
         assert!(SystemSpec::plain("haproxy-h2")
             .unsupported("https")
             .is_some());
@@ -636,6 +721,57 @@ mod tests {
         assert_eq!(
             SystemSpec::longhaul(10, "bbr", "least-outstanding").label(),
             "longhaul-tcp N=10 bbr least-outstanding"
+        );
+    }
+
+    #[test]
+    fn longhaul_quic_is_a_longhaul_system_on_its_own_udp_ports() {
+        let q = SystemSpec::longhaul_quic(10, "cubic", "least-outstanding");
+        assert_eq!(q.id, "longhaul-quic");
+        assert_eq!(q.carrier(), Some("quic"));
+        assert_eq!(q.label(), "longhaul-quic N=10 cubic least-outstanding");
+        assert_eq!(q.params.pool_size, Some(10));
+        assert_eq!(
+            SystemSpec::longhaul(10, "bbr", "least-outstanding").carrier(),
+            Some("tcp")
+        );
+        assert_eq!(SystemSpec::plain("direct").carrier(), None);
+        assert!(crate::results::SYSTEMS.contains(&"longhaul-quic"));
+        // Distinct remote ports for every carrier and congestion control.
+        let mut ports = Vec::new();
+        for c in CARRIERS {
+            for cc in CONGESTION {
+                ports.push(longhaul_remote_port(c, cc).unwrap());
+            }
+        }
+        assert_eq!(longhaul_remote_port("quic", "bbr").unwrap(), 4453);
+        assert_eq!(longhaul_remote_port("tcp", "bbr").unwrap(), 4443);
+        let n = ports.len();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), n);
+        assert!(longhaul_remote_port("sctp", "bbr").is_err());
+    }
+
+    #[test]
+    fn longhaul_quic_takes_the_same_variants_as_longhaul_tcp() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let (cc, pol) = (s(&["bbr", "cubic"]), s(&["least-outstanding"]));
+        let q = variants("longhaul-quic", &[1, 10], &cc, &pol);
+        assert_eq!(
+            q,
+            vec![
+                SystemSpec::longhaul_quic(1, "bbr", "least-outstanding"),
+                SystemSpec::longhaul_quic(10, "bbr", "least-outstanding"),
+                SystemSpec::longhaul_quic(10, "cubic", "least-outstanding"),
+            ]
+        );
+        let t = variants("longhaul-tcp", &[1, 10], &cc, &pol);
+        assert_eq!(t.len(), q.len());
+        assert!(t.iter().zip(&q).all(|(a, b)| a.params == b.params));
+        assert_eq!(
+            variants("direct", &[1, 10], &cc, &pol),
+            vec![SystemSpec::plain("direct")]
         );
     }
 }

@@ -10,7 +10,7 @@ use longhaul_benches::plots;
 use longhaul_benches::replay::{self, ReplayConfig};
 use longhaul_benches::results::{self, Row};
 use longhaul_benches::runner::{self, RunContext, Suite};
-use longhaul_benches::systems::SystemSpec;
+use longhaul_benches::systems;
 use longhaul_benches::workload::{self, Workload};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -290,25 +290,14 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
                 &results::SYSTEMS[..6]
             );
         }
-        if s == "longhaul-tcp" {
-            // The pool-size sweep with the first congestion control and policy; the other
-            // congestion controls and policies at the default pool size.
-            let (c0, p0) = (&congestion[0], &policies[0]);
-            for n in &pools {
-                specs.push(SystemSpec::longhaul(*n, c0, p0));
-            }
-            let n0 = if pools.contains(&10) { 10 } else { pools[0] };
-            for c in &congestion {
-                for p in &policies {
-                    let v = SystemSpec::longhaul(n0, c, p);
-                    if !specs.contains(&v) {
-                        specs.push(v);
-                    }
-                }
-            }
-        } else {
-            specs.push(SystemSpec::plain(s));
+        if systems::carrier_of(s).is_some()
+            && (pools.is_empty() || congestion.is_empty() || policies.is_empty())
+        {
+            bail!("{s} needs at least one pool size, congestion control and policy");
         }
+        // longhaul-tcp and longhaul-quic: the pool-size sweep with the first congestion
+        // control and policy; the other congestion controls and policies at the default size.
+        specs.extend(systems::variants(s, &pools, &congestion, &policies));
     }
     let workloads = a.workloads.clone().unwrap_or(workloads);
     let known = workload::all_ids();
