@@ -51,7 +51,7 @@ pub struct Settings {
     /// Most requests of one client connection in flight at once (pipelining depth).
     pub max_pipeline: usize,
     /// Idle time after which a keep-alive client connection with no request under way is
-    /// closed (also the wait for the first request of a new connection).
+    /// closed. A new connection waits for its first byte at most `header_timeout` (if shorter).
     pub idle_timeout: Duration,
     /// Longest time from the first byte of a request head to its end; a slower client
     /// (slowloris) gets `408` and the connection closes.
@@ -64,7 +64,8 @@ pub struct Settings {
     pub allowed_clients: Vec<IpNet>,
     /// Intercepted destination ports parsed as HTTP; other ports are tunnelled.
     pub transparent_http_ports: Vec<u16>,
-    /// Most client connections served at once; further ones wait in the accept queue.
+    /// Most client connections served at once; further ones are answered `503
+    /// too-many-connections` and closed (see [`crate::server`]).
     pub max_client_connections: usize,
 }
 
@@ -344,19 +345,24 @@ async fn read_requests<'a, T: Transport>(
     let s = &ctx.settings;
     let mut buf = BytesMut::with_capacity(8192);
     let mut draining = ctx.draining.clone();
+    // A new connection must send its first byte within the header timeout (a connection that
+    // never sends anything would otherwise hold a slot for the whole idle timeout); between
+    // requests of a keep-alive connection the idle timeout applies.
+    let mut wait = s.header_timeout.min(s.idle_timeout);
     loop {
         if *draining.borrow() && buf.is_empty() {
             return Ok(());
         }
         if buf.is_empty() {
             // Between requests: the idle timeout runs until the next request's first byte.
+            let waited = std::mem::replace(&mut wait, s.idle_timeout);
             let first = tokio::select! {
-                r = tokio::time::timeout(s.idle_timeout, rd.read_buf(&mut buf)) => r,
+                r = tokio::time::timeout(waited, rd.read_buf(&mut buf)) => r,
                 _ = draining.changed() => return Ok(()),
             };
             match first {
                 Err(_) => {
-                    tracing::debug!(%peer, idle_ms = s.idle_timeout.as_millis() as u64, "idle client connection closed");
+                    tracing::debug!(%peer, wait_ms = waited.as_millis() as u64, "idle client connection closed");
                     return Ok(());
                 }
                 Ok(Ok(0)) | Ok(Err(_)) => return Err(()),

@@ -22,18 +22,21 @@ pub const DEFAULT_REMOTE: &str = "127.0.0.1:4443";
 /// Default number of pool connections (seed 001: more connections lower latency; 4 suits a
 /// single-user demo, production sizes it from the link).
 pub const DEFAULT_CONNECTIONS: usize = 4;
-/// Default idle timeout of a client connection.
+/// Default idle timeout of a client connection between requests (a new connection waits for its
+/// first byte at most `header_timeout_ms`).
 pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 60_000;
 /// Default longest time from the first byte of a request head to its end (slowloris defence:
 /// a slower client gets 408). Clients sit on the short side of the link, so a whole head
-/// normally arrives in one round trip of a few milliseconds.
+/// normally arrives in one round trip of a few milliseconds. Also the longest wait for the first
+/// byte of a new connection (a connection that sends nothing is closed).
 pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
 /// Default ports CONNECT may reach: HTTPS only (like Squid's `SSL_ports`).
 pub const DEFAULT_CONNECT_PORTS: &[u16] = &[443];
 /// Default drain grace period on SIGTERM.
 pub const DEFAULT_DRAIN_GRACE_MS: u64 = 10_000;
 /// Default limit of client connections served at once (each costs two small buffers and one
-/// task; further connections wait in the kernel's accept queue).
+/// task; a further connection is answered `503 too-many-connections` and closed, at most
+/// [`crate::server::DEFAULT_MAX_REFUSALS`] such answers at once).
 pub const DEFAULT_MAX_CLIENT_CONNECTIONS: usize = 10_000;
 /// Most remote proxies in `pool.remotes` (each costs a pool of `pool.connections`).
 pub const MAX_REMOTES: usize = 64;
@@ -355,12 +358,13 @@ pub struct EdgeConfig {
     pub max_header_bytes: usize,
     /// Pipelined requests in flight per client connection.
     pub max_pipeline: usize,
-    /// Client connections served at once.
+    /// Client connections served at once; more are answered 503 and closed.
     pub max_client_connections: usize,
-    /// Idle keep-alive timeout of client connections, in milliseconds.
+    /// Idle keep-alive timeout of client connections, in milliseconds (a new connection's first
+    /// byte is awaited at most `header_timeout_ms`).
     pub client_idle_timeout_ms: u64,
     /// Longest time from the first byte of a request head to its end, in milliseconds
-    /// (slower: 408 and close).
+    /// (slower: 408 and close); also the longest wait for a new connection's first byte.
     pub header_timeout_ms: u64,
     /// Grace period for in-flight replies on SIGTERM, in milliseconds.
     pub drain_grace_ms: u64,

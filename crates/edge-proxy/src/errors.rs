@@ -39,6 +39,10 @@ pub enum EdgeError {
     /// wait (or too many requests already waited for a stream slot): overload, retry later.
     #[error("pool busy: {0}")]
     PoolBusy(String),
+    /// The edge already serves `max_client_connections` clients; this connection is answered
+    /// and closed at once.
+    #[error("too many connections: {0}")]
+    TooManyConnections(String),
     /// The far side could not resolve the target.
     #[error("DNS lookup failed on the far side: {0}")]
     DnsFailed(String),
@@ -65,7 +69,7 @@ impl EdgeError {
             | EdgeError::DnsFailed(_)
             | EdgeError::ConnectFailed(_)
             | EdgeError::BadReply(_) => 502,
-            EdgeError::PoolBusy(_) => 503,
+            EdgeError::PoolBusy(_) | EdgeError::TooManyConnections(_) => 503,
             EdgeError::Timeout(_) => 504,
         }
     }
@@ -80,6 +84,7 @@ impl EdgeError {
             EdgeError::ForbiddenTarget(_) => "forbidden-target",
             EdgeError::Unavailable(_) => "remote-unavailable",
             EdgeError::PoolBusy(_) => "pool-busy",
+            EdgeError::TooManyConnections(_) => "too-many-connections",
             EdgeError::DnsFailed(_) => "dns-failed",
             EdgeError::ConnectFailed(_) => "connect-failed",
             EdgeError::Timeout(_) => "origin-timeout",
@@ -217,6 +222,7 @@ mod tests {
             (EdgeError::Timeout("x".into()), 504),
             (EdgeError::Unavailable("x".into()), 502),
             (EdgeError::PoolBusy("x".into()), 503),
+            (EdgeError::TooManyConnections("x".into()), 503),
         ];
         for (e, s) in cases {
             assert_eq!(e.status(), s);

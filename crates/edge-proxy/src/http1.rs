@@ -260,42 +260,118 @@ fn parse_error(e: httparse::Error, max: usize) -> HeadError {
     }
 }
 
+/// Incremental search for the end of a message head in a growing buffer.
+///
+/// A head trickled in one byte at a time (slowloris) must not cost a full parse of everything
+/// received so far on every read. The scanner remembers how far it has looked for the empty line
+/// that ends a head (`\n\n` or `\n\r\n`, as `httparse` accepts), so each new byte is looked at
+/// once. [`HeadScanner::should_parse`] says when a full parse is worth it: once the end is in the
+/// buffer, or whenever the buffer has doubled since the last parse (so garbage such as a TLS
+/// hello is still rejected at its first read, and the total parsing cost stays linear in the
+/// head size).
+#[derive(Debug, Default, Clone)]
+pub struct HeadScanner {
+    /// Bytes of the buffer already searched (a `\n` whose successors are not in yet is not).
+    scanned: usize,
+    /// Offset just past the head's final newline, once found.
+    end: Option<usize>,
+    /// Buffer length at the last full parse (0: none yet).
+    parsed_at: usize,
+}
+
+impl HeadScanner {
+    /// A scanner for a buffer that starts at a head's first byte.
+    pub fn new() -> HeadScanner {
+        HeadScanner::default()
+    }
+
+    /// Forgets everything (the buffer's front was consumed).
+    pub fn reset(&mut self) {
+        *self = HeadScanner::default();
+    }
+
+    /// Looks at the bytes of `buf` not seen yet; returns the offset just past the end of the
+    /// head if it is in `buf`.
+    pub fn scan(&mut self, buf: &[u8]) -> Option<usize> {
+        if self.end.is_some() {
+            return self.end;
+        }
+        let mut i = self.scanned;
+        while i < buf.len() {
+            if buf[i] == b'\n' {
+                match (buf.get(i + 1), buf.get(i + 2)) {
+                    (Some(b'\n'), _) => {
+                        self.end = Some(i + 2);
+                        break;
+                    }
+                    (Some(b'\r'), Some(b'\n')) => {
+                        self.end = Some(i + 3);
+                        break;
+                    }
+                    // Undecided until more bytes arrive: look at this newline again then.
+                    (None, _) | (Some(b'\r'), None) => break,
+                    _ => {}
+                }
+            }
+            i += 1;
+        }
+        self.scanned = i;
+        self.end
+    }
+
+    /// True if `buf` (already passed to [`HeadScanner::scan`]) should be parsed now: the end of
+    /// the head is in it, or it has doubled since the last parse. Records the parse.
+    pub fn should_parse(&mut self, buf: &[u8]) -> bool {
+        if self.end.is_some() || buf.len() >= self.parsed_at.saturating_mul(2).max(1) {
+            self.parsed_at = buf.len();
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// Reads one request head from `r`, using and refilling `buf` (bytes after the head stay in
-/// `buf`). Returns `Ok(None)` on a clean EOF before any byte of a head.
+/// `buf`). Returns `Ok(None)` on a clean EOF before any byte of a head. Each read costs time in
+/// proportion to the bytes it brought, not to the head so far ([`HeadScanner`]).
 pub async fn read_request_head<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut BytesMut,
     max_bytes: usize,
 ) -> Result<Option<RequestHead>, HeadError> {
+    let mut scanner = HeadScanner::new();
     loop {
         // Tolerate empty lines before a request line (RFC 9112 §2.2).
         while buf.starts_with(b"\r\n") || buf.starts_with(b"\n") {
             let n = if buf.starts_with(b"\r\n") { 2 } else { 1 };
             buf.advance(n);
+            scanner.reset();
         }
         if !buf.is_empty() {
-            let mut hs = [httparse::EMPTY_HEADER; DEFAULT_MAX_HEADERS];
-            let mut req = httparse::Request::new(&mut hs);
-            match req.parse(buf) {
-                Ok(httparse::Status::Complete(n)) => {
-                    if n > max_bytes {
-                        return Err(HeadError::TooLarge(max_bytes));
+            scanner.scan(buf);
+            if scanner.should_parse(buf) {
+                let mut hs = [httparse::EMPTY_HEADER; DEFAULT_MAX_HEADERS];
+                let mut req = httparse::Request::new(&mut hs);
+                match req.parse(buf) {
+                    Ok(httparse::Status::Complete(n)) => {
+                        if n > max_bytes {
+                            return Err(HeadError::TooLarge(max_bytes));
+                        }
+                        let head = RequestHead {
+                            method: req.method.unwrap_or_default().to_string(),
+                            target: req.path.unwrap_or_default().to_string(),
+                            minor: req.version.unwrap_or(1),
+                            headers: owned_headers(req.headers),
+                        };
+                        buf.advance(n);
+                        return Ok(Some(head));
                     }
-                    let head = RequestHead {
-                        method: req.method.unwrap_or_default().to_string(),
-                        target: req.path.unwrap_or_default().to_string(),
-                        minor: req.version.unwrap_or(1),
-                        headers: owned_headers(req.headers),
-                    };
-                    buf.advance(n);
-                    return Ok(Some(head));
+                    Ok(httparse::Status::Partial) => {}
+                    Err(e) => return Err(parse_error(e, max_bytes)),
                 }
-                Ok(httparse::Status::Partial) => {
-                    if buf.len() > max_bytes {
-                        return Err(HeadError::TooLarge(max_bytes));
-                    }
-                }
-                Err(e) => return Err(parse_error(e, max_bytes)),
+            }
+            if buf.len() > max_bytes {
+                return Err(HeadError::TooLarge(max_bytes));
             }
         }
         if fill(r, buf).await? == 0 {
@@ -315,30 +391,33 @@ pub async fn read_response_head<R: AsyncRead + Unpin>(
     buf: &mut BytesMut,
     max_bytes: usize,
 ) -> Result<ResponseHead, HeadError> {
+    let mut scanner = HeadScanner::new();
     loop {
         if !buf.is_empty() {
-            let mut hs = [httparse::EMPTY_HEADER; DEFAULT_MAX_HEADERS];
-            let mut res = httparse::Response::new(&mut hs);
-            match res.parse(buf) {
-                Ok(httparse::Status::Complete(n)) => {
-                    if n > max_bytes {
-                        return Err(HeadError::TooLarge(max_bytes));
+            scanner.scan(buf);
+            if scanner.should_parse(buf) {
+                let mut hs = [httparse::EMPTY_HEADER; DEFAULT_MAX_HEADERS];
+                let mut res = httparse::Response::new(&mut hs);
+                match res.parse(buf) {
+                    Ok(httparse::Status::Complete(n)) => {
+                        if n > max_bytes {
+                            return Err(HeadError::TooLarge(max_bytes));
+                        }
+                        let head = ResponseHead {
+                            status: res.code.unwrap_or_default(),
+                            reason: res.reason.unwrap_or_default().to_string(),
+                            minor: res.version.unwrap_or(1),
+                            headers: owned_headers(res.headers),
+                        };
+                        buf.advance(n);
+                        return Ok(head);
                     }
-                    let head = ResponseHead {
-                        status: res.code.unwrap_or_default(),
-                        reason: res.reason.unwrap_or_default().to_string(),
-                        minor: res.version.unwrap_or(1),
-                        headers: owned_headers(res.headers),
-                    };
-                    buf.advance(n);
-                    return Ok(head);
+                    Ok(httparse::Status::Partial) => {}
+                    Err(e) => return Err(parse_error(e, max_bytes)),
                 }
-                Ok(httparse::Status::Partial) => {
-                    if buf.len() > max_bytes {
-                        return Err(HeadError::TooLarge(max_bytes));
-                    }
-                }
-                Err(e) => return Err(parse_error(e, max_bytes)),
+            }
+            if buf.len() > max_bytes {
+                return Err(HeadError::TooLarge(max_bytes));
             }
         }
         if fill(r, buf).await? == 0 {
@@ -692,6 +771,123 @@ mod tests {
             parse_req(&many).await,
             Err(HeadError::TooLarge(_))
         ));
+    }
+
+    /// A reader that yields one byte per read, like a slowloris client.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl AsyncRead for Trickle<'_> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            out: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            if let Some((&b, rest)) = self.0.split_first() {
+                out.put_slice(&[b]);
+                self.0 = rest;
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    async fn parse_trickled(
+        bytes: &[u8],
+        max: usize,
+    ) -> (Result<Option<RequestHead>, HeadError>, BytesMut) {
+        let mut r = Trickle(bytes);
+        let mut buf = BytesMut::new();
+        let head = read_request_head(&mut r, &mut buf, max).await;
+        (head, buf)
+    }
+
+    #[tokio::test]
+    async fn byte_at_a_time_equals_whole_buffer() {
+        let cases: &[&[u8]] = &[
+            b"GET http://example.com/a?b HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n",
+            b"\r\n\r\nGET / HTTP/1.0\r\nX-A: 1\r\n\r\nrest",
+            b"GET / HTTP/1.1\nHost: lf-only\n\nNEXT",
+            b"GET / HTTP/1.1\r\nHost: mixed\n\r\nbody",
+            b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+        ];
+        for &case in cases {
+            let mut whole = case;
+            let mut wbuf = BytesMut::new();
+            let w = read_request_head(&mut whole, &mut wbuf, DEFAULT_MAX_HEADER_BYTES)
+                .await
+                .unwrap()
+                .unwrap();
+            let (t, tbuf) = parse_trickled(case, DEFAULT_MAX_HEADER_BYTES).await;
+            assert_eq!(
+                t.unwrap().unwrap(),
+                w,
+                "{:?}",
+                String::from_utf8_lossy(case)
+            );
+            // The trickled read stops at the head's end; the whole read keeps what follows.
+            let consumed = case.len() - whole.len() - wbuf.len();
+            assert_eq!(&case[consumed..consumed + tbuf.len()], &tbuf[..]);
+        }
+    }
+
+    #[tokio::test]
+    async fn byte_at_a_time_still_enforces_limits() {
+        // Head size: 431 once the buffer passes the limit, without waiting for the end.
+        let mut big = b"GET / HTTP/1.1\r\nX-Big: ".to_vec();
+        big.extend(std::iter::repeat_n(b'a', 2000));
+        let (r, buf) = parse_trickled(&big, 1024).await;
+        assert!(matches!(r, Err(HeadError::TooLarge(1024))), "{r:?}");
+        assert_eq!(buf.len(), 1025);
+        // Field count.
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..(DEFAULT_MAX_HEADERS + 1) {
+            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        let (r, _) = parse_trickled(&many, DEFAULT_MAX_HEADER_BYTES).await;
+        assert!(matches!(r, Err(HeadError::TooLarge(_))), "{r:?}");
+        // A complete head over the size limit.
+        let mut over = b"GET / HTTP/1.1\r\nX-Big: ".to_vec();
+        over.extend(std::iter::repeat_n(b'a', 1000));
+        over.extend_from_slice(b"\r\n\r\n");
+        let (r, _) = parse_trickled(&over, 1000).await;
+        assert!(matches!(r, Err(HeadError::TooLarge(1000))), "{r:?}");
+        // Garbage is refused at its first bytes, not after the header timeout.
+        let (r, buf) = parse_trickled(b"\x16\x03\x01\x02\x00 no end of head here", 1024).await;
+        assert!(matches!(r, Err(HeadError::Malformed(_))), "{r:?}");
+        assert_eq!(buf.len(), 1);
+        // Truncation and clean EOF.
+        let (r, _) = parse_trickled(b"GET / HTTP/1.1\r\nHost: x\r\n", 1024).await;
+        assert!(matches!(r, Err(HeadError::Truncated)), "{r:?}");
+        let (r, _) = parse_trickled(b"", 1024).await;
+        assert!(r.unwrap().is_none());
+    }
+
+    #[test]
+    fn scanner_looks_at_each_byte_once_and_parses_rarely() {
+        let head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: 1\r\n\r\n";
+        let mut s = HeadScanner::new();
+        let mut parses = 0;
+        for n in 1..=head.len() {
+            let end = s.scan(&head[..n]);
+            // Never further than one undecided newline behind the data.
+            assert_eq!(end.is_some(), n == head.len());
+            assert!(
+                end.is_some() || n - s.scanned <= 2,
+                "scanned {} of {n}",
+                s.scanned
+            );
+            if s.should_parse(&head[..n]) {
+                parses += 1;
+            }
+        }
+        // Lengths 1, 2, 4, 8, 16, 32 and the end.
+        assert_eq!(parses, 7);
+        assert_eq!(s.scan(head), Some(head.len()));
+        // Responses too, LF-only endings included.
+        let mut s = HeadScanner::new();
+        assert_eq!(s.scan(b"HTTP/1.1 200 OK\n"), None);
+        assert_eq!(s.scan(b"HTTP/1.1 200 OK\n\nbody"), Some(17));
     }
 
     #[tokio::test]

@@ -5,18 +5,26 @@
 //! refused because the listeners are closed), lets in-flight replies finish within the grace
 //! period (keep-alive connections close after their current reply), then aborts what is left.
 //!
+//! Over `max_client_connections`, a new connection is not left waiting in the kernel's accept
+//! queue (where it would hold a slot that well-behaved clients need, and time out without a
+//! reason): it is accepted, answered `503 too-many-connections` and closed. At most
+//! [`DEFAULT_MAX_REFUSALS`] such answers are in flight at once; beyond that a connection is
+//! closed without one. Refusals are logged at most once a second, with counts.
+//!
 //! It does NOT parse HTTP ([`crate::client`]) or own the pool (the binary does).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::client::{self, Ctx, Entry, Settings};
+use crate::errors::EdgeError;
 use crate::transport::Transport;
 
 /// The listeners of an edge.
@@ -46,6 +54,94 @@ fn original_destination(sock: &TcpStream, how: Interception) -> std::io::Result<
     }
 }
 
+/// Most connections being answered `503 too-many-connections` at once; a connection over
+/// `max_client_connections` beyond these is closed without a reply. Each refusal holds a
+/// socket for at most [`REFUSAL_LINGER`] plus one small write.
+pub const DEFAULT_MAX_REFUSALS: usize = 256;
+/// Longest time a refusal waits for its reply to be written, and then for the client to close
+/// (reading and discarding at most [`REFUSAL_LINGER_BYTES`]: closing with unread data would
+/// reset the connection and could destroy the reply before the client read it).
+pub const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+/// Most bytes read and discarded from a refused connection.
+pub const REFUSAL_LINGER_BYTES: usize = 16 * 1024;
+/// Shortest interval between two log lines about refused connections.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Connections refused because the edge is at `max_client_connections`.
+struct Refusals {
+    /// Refusals writing their reply.
+    tasks: JoinSet<()>,
+    /// Refused with a reply since the last log line.
+    answered: u64,
+    /// Closed without a reply (too many refusals in flight, not HTTP, or a client not in
+    /// `allowed_clients`) since the last log line.
+    closed: u64,
+    last_log: Option<Instant>,
+}
+
+impl Refusals {
+    fn new() -> Refusals {
+        Refusals {
+            tasks: JoinSet::new(),
+            answered: 0,
+            closed: 0,
+            last_log: None,
+        }
+    }
+
+    /// Refuses `sock`: a 503 if `answer` and fewer than [`DEFAULT_MAX_REFUSALS`] are in flight,
+    /// otherwise just closes it.
+    fn refuse(&mut self, sock: TcpStream, answer: bool, limit: usize) {
+        while self.tasks.try_join_next().is_some() {}
+        if answer && self.tasks.len() < DEFAULT_MAX_REFUSALS {
+            self.answered += 1;
+            self.tasks.spawn(answer_refusal(sock, limit));
+        } else {
+            self.closed += 1;
+            drop(sock);
+        }
+        let now = Instant::now();
+        if self
+            .last_log
+            .is_none_or(|t| now.duration_since(t) >= REFUSAL_LOG_INTERVAL)
+        {
+            tracing::warn!(
+                max_client_connections = limit,
+                answered_503 = self.answered,
+                closed = self.closed,
+                "too many client connections: new connections refused"
+            );
+            self.last_log = Some(now);
+            self.answered = 0;
+            self.closed = 0;
+        }
+    }
+}
+
+async fn answer_refusal(mut sock: TcpStream, limit: usize) {
+    let _ = sock.set_nodelay(true);
+    let err = EdgeError::TooManyConnections(format!(
+        "the proxy already serves {limit} client connections; retry later"
+    ));
+    let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+        if sock.write_all(&err.response()).await.is_ok() {
+            let _ = sock.shutdown().await;
+        }
+    })
+    .await;
+    let mut scratch = [0u8; 2048];
+    let mut total = 0;
+    let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+        while total < REFUSAL_LINGER_BYTES {
+            match sock.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    })
+    .await;
+}
+
 /// Serves clients until `shutdown` completes, then drains for at most `grace`.
 pub async fn run<T: Transport>(
     transport: T,
@@ -64,24 +160,36 @@ pub async fn run<T: Transport>(
     let Listeners { proxy, transparent } = listeners;
     let transparent_addr = transparent.as_ref().and_then(|l| l.local_addr().ok());
     let mut conns = JoinSet::new();
+    let mut refusals = Refusals::new();
+    let limit = ctx.settings.max_client_connections;
     tokio::pin!(shutdown);
     loop {
         // Reap finished connections so the set stays small.
         while conns.try_join_next().is_some() {}
-        let at_limit = conns.len() >= ctx.settings.max_client_connections;
         tokio::select! {
             _ = &mut shutdown => break,
-            r = proxy.accept(), if !at_limit => match r {
+            r = proxy.accept() => match r {
+                Ok((sock, peer)) if conns.len() >= limit => {
+                    // A client not allowed in is not told anything about the proxy.
+                    let allowed = ctx.settings.allowed_clients.iter().any(|n| n.contains(&peer.ip()));
+                    refusals.refuse(sock, allowed, limit);
+                }
                 Ok((sock, peer)) => {
                     conns.spawn(client::serve(ctx.clone(), sock, peer, Entry::Explicit));
                 }
                 Err(e) => accept_error(e).await,
             },
             r = async { transparent.as_ref().expect("guarded").accept().await },
-                if transparent.is_some() && !at_limit => match r {
+                if transparent.is_some() => match r {
                 Ok((sock, peer)) => match original_destination(&sock, interception) {
                     Ok(orig) if Some(orig) != transparent_addr => {
-                        conns.spawn(client::serve(ctx.clone(), sock, peer, Entry::Transparent { orig }));
+                        if conns.len() >= limit {
+                            // Only a connection parsed as HTTP can be told why.
+                            let http = ctx.settings.transparent_http_ports.contains(&orig.port());
+                            refusals.refuse(sock, http, limit);
+                        } else {
+                            conns.spawn(client::serve(ctx.clone(), sock, peer, Entry::Transparent { orig }));
+                        }
                     }
                     Ok(_) => tracing::warn!(%peer, "connection to the interception port was not redirected; closed"),
                     Err(e) => tracing::warn!(%peer, error = %e, "no original destination for an intercepted connection; closed"),
@@ -91,6 +199,7 @@ pub async fn run<T: Transport>(
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
+    refusals.tasks.abort_all();
     drop(proxy);
     drop(transparent);
     let _ = drain_tx.send(true);

@@ -1,13 +1,19 @@
-//! Measures what slow clients cost everyone else: the p99 latency of normal requests through an
-//! edge → pool → remote → origin chain on loopback, first alone, then while 1000 slowloris
-//! clients (one head byte per second, reconnecting after their 408) hold the edge busy.
-//! Both phases run side by side in one process, so the ratio is comparable across machines;
-//! the absolute figures are not.
+//! Measures what slow clients cost everyone else: the latency of normal requests through an
+//! edge → pool → remote → origin chain on loopback, alone and while SLOW slowloris clients (one
+//! head byte per second, reconnecting after their 408) hold the edge busy.
+//!
+//! Both kinds of phase run against the same edge and remote, in ROUNDS interleaved rounds
+//! (without/with, then with/without, ...), each with REQUESTS / ROUNDS requests, so drift over
+//! the run (warm-up, other load on the machine) falls on both alike. The slow clients start
+//! spread over their first second, as independent clients would, so their bytes arrive
+//! steadily rather than in one burst a second; they are started before and stopped after each
+//! "with" phase. The ratio is comparable across machines; the absolute figures are not.
 //!
 //! ```text
-//! cargo run --release -p remote-proxy --example slow_clients [-- SLOW REQUESTS]
+//! cargo run --release -p remote-proxy --example slow_clients [-- SLOW REQUESTS [ROUNDS]]
 //! ```
-//! Prints one line per phase and `p99 ratio (with slow / without): R`; the target is R ≤ 1.10.
+//! Prints one line per round, one per phase (all rounds together: p50, p99) and
+//! `p99 ratio (with SLOW slow / without): R`; the target is R ≤ 1.10.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
@@ -26,6 +32,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Normal clients sending requests at once.
 const NORMAL_CLIENTS: usize = 8;
+/// Interleaved rounds (each one phase without and one with slow clients).
+const DEFAULT_ROUNDS: usize = 5;
 
 async fn origin() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -83,8 +91,10 @@ async fn normal_client(edge: SocketAddr, origin: SocketAddr, n: usize) -> Vec<Du
     out
 }
 
-/// A slowloris: one byte a second, a new connection after each 408 or close.
-async fn slow_client(edge: SocketAddr, stop: Arc<AtomicBool>) {
+/// A slowloris: one byte a second, a new connection after each 408 or close; starts after
+/// `delay`.
+async fn slow_client(edge: SocketAddr, stop: Arc<AtomicBool>, delay: Duration) {
+    tokio::time::sleep(delay).await;
     let head = b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nX-Slow: 1\r\n\r\n";
     while !stop.load(Ordering::Relaxed) {
         let Ok(mut s) = TcpStream::connect(edge).await else {
@@ -117,10 +127,39 @@ fn pct(v: &[Duration], p: f64) -> Duration {
     v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
+/// Runs a phase of normal requests while `slow` slowloris clients are connected.
+async fn phase_with_slow(
+    edge: SocketAddr,
+    origin: SocketAddr,
+    requests: usize,
+    slow: usize,
+) -> Vec<Duration> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let slows: Vec<_> = (0..slow)
+        .map(|i| {
+            let delay = Duration::from_secs(1) * i as u32 / slow.max(1) as u32;
+            tokio::spawn(slow_client(edge, stop.clone(), delay))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await; // all connected and dribbling
+    let with = phase(edge, origin, requests).await;
+    stop.store(true, Ordering::Relaxed);
+    for s in slows {
+        s.abort();
+    }
+    // Let the edge close their connections before the next phase.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    with
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let slow: usize = args.next().map_or(1000, |a| a.parse().expect("SLOW"));
     let requests: usize = args.next().map_or(20_000, |a| a.parse().expect("REQUESTS"));
+    let rounds: usize = args
+        .next()
+        .map_or(DEFAULT_ROUNDS, |a| a.parse().expect("ROUNDS"))
+        .max(1);
 
     // The proxies and the origin on one runtime, the load on another.
     let proxies = tokio::runtime::Builder::new_multi_thread()
@@ -166,17 +205,29 @@ fn main() {
         .unwrap();
     load.block_on(async {
         phase(edge, origin, requests / 10).await; // warm-up
-        let base = phase(edge, origin, requests).await;
-        let stop = Arc::new(AtomicBool::new(false));
-        let slows: Vec<_> = (0..slow)
-            .map(|_| tokio::spawn(slow_client(edge, stop.clone())))
-            .collect();
-        tokio::time::sleep(Duration::from_secs(2)).await; // all connected and dribbling
-        let with = phase(edge, origin, requests).await;
-        stop.store(true, Ordering::Relaxed);
-        for s in slows {
-            s.abort();
+        let per = (requests / rounds).max(NORMAL_CLIENTS);
+        let (mut base, mut with) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let (b, w) = if round % 2 == 0 {
+                let b = phase(edge, origin, per).await;
+                (b, phase_with_slow(edge, origin, per, slow).await)
+            } else {
+                let w = phase_with_slow(edge, origin, per, slow).await;
+                (phase(edge, origin, per).await, w)
+            };
+            println!(
+                "round {}: without p50 {:?} p99 {:?}, with p50 {:?} p99 {:?}",
+                round + 1,
+                pct(&b, 0.50),
+                pct(&b, 0.99),
+                pct(&w, 0.50),
+                pct(&w, 0.99)
+            );
+            base.extend(b);
+            with.extend(w);
         }
+        base.sort();
+        with.sort();
         for (name, v) in [
             ("without slow clients", &base),
             ("with slow clients", &with),
@@ -188,6 +239,8 @@ fn main() {
                 pct(v, 0.99)
             );
         }
+        let p50 = pct(&with, 0.50).as_secs_f64() / pct(&base, 0.50).as_secs_f64();
+        println!("p50 ratio (with {slow} slow / without): {p50:.3}");
         let ratio = pct(&with, 0.99).as_secs_f64() / pct(&base, 0.99).as_secs_f64();
         println!("p99 ratio (with {slow} slow / without): {ratio:.3}");
     });

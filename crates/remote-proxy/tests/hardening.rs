@@ -1,8 +1,9 @@
 //! Production hardening with real processes on loopback: refused targets (a name that resolves
 //! to 127.0.0.1, literal private addresses), several remotes (streams spread over both, one
 //! killed: requests keep succeeding; restarted: the edge reconnects and uses it again), slow
-//! clients (header-read timeout, 1000 of them beside a normal client), and memory bounded while
-//! 100 clients never read their replies.
+//! clients (header-read timeout, 1000 of them beside a normal client; a silent new connection
+//! closed after the header timeout), connections over `max_client_connections` answered 503,
+//! and memory bounded while 100 clients never read their replies.
 
 mod common;
 
@@ -316,6 +317,91 @@ fn slow_clients_get_408_without_blocking_a_normal_client() {
     assert!(
         count(&log, "request head not complete within the header timeout") >= 1001,
         "one log line per slow client"
+    );
+}
+
+#[test]
+fn connections_over_the_limit_get_503_too_many_connections() {
+    let _serial = serial();
+    let origin = small_origin();
+    let url = format!("http://{origin}/");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("edge.toml");
+    std::fs::write(
+        &cfg,
+        "max_client_connections = 3\nheader_timeout_ms = 20000\n",
+    )
+    .unwrap();
+    let pair = start_pair("", &["--config", cfg.to_str().unwrap()]);
+
+    // Three clients hold every slot with half a head.
+    let holders: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = TcpStream::connect(pair.edge_addr).unwrap();
+            s.write_all(b"GET http://example.com/ HTTP/1.1\r\nHost: exa")
+                .unwrap();
+            s
+        })
+        .collect();
+    // The edge counts a connection once its task runs; give it a moment.
+    std::thread::sleep(Duration::from_millis(300));
+
+    // The next ones are told why at once, with or without having sent a request.
+    let started = Instant::now();
+    let (st, head, body) = get(pair.edge_addr, &url);
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(st, 503, "{head}{body}");
+    assert_eq!(
+        header(&head, "x-longhaul-error"),
+        Some("too-many-connections")
+    );
+    assert!(body.contains("too many connections"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let mut silent = TcpStream::connect(pair.edge_addr).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = silent.read_to_end(&mut out);
+    assert!(
+        out.starts_with(b"HTTP/1.1 503 "),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    wait_for(Duration::from_secs(5), "the refusal log line", || {
+        pair.edge
+            .log_text()
+            .contains("too many client connections: new connections refused")
+    });
+
+    // Once the holders leave, clients are served again.
+    drop(holders);
+    wait_for(Duration::from_secs(10), "a served request", || {
+        get(pair.edge_addr, &url).0 == 200
+    });
+}
+
+#[test]
+fn a_new_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("edge.toml");
+    std::fs::write(
+        &cfg,
+        "header_timeout_ms = 1000\nclient_idle_timeout_ms = 60000\n",
+    )
+    .unwrap();
+    let pair = start_pair("", &["--config", cfg.to_str().unwrap()]);
+    let mut s = TcpStream::connect(pair.edge_addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let started = Instant::now();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let waited = started.elapsed();
+    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
+        "closed after {waited:?}"
     );
 }
 
