@@ -163,6 +163,8 @@ fn ip(args: &[&str]) -> Result<String> {
 /// Four namespaces joined by veth pairs without any emulation (plumbing checks only).
 pub struct VethBed {
     names: [String; 4],
+    /// Deletes the namespaces (and kills what runs in them) if the program gets a signal.
+    _on_signal: testbed::signals::Registration,
 }
 
 const ADDRS: [[u8; 4]; 4] = [
@@ -182,7 +184,15 @@ impl VethBed {
             format!("{p}r"),
             format!("{p}o"),
         ];
-        let bed = VethBed { names };
+        let doomed = names.clone();
+        let bed = VethBed {
+            names,
+            _on_signal: testbed::signals::on_signal(move || {
+                for n in &doomed {
+                    delete_netns(n);
+                }
+            }),
+        };
         bed.build().context("building the veth bed (needs root)")?;
         Ok(bed)
     }
@@ -301,11 +311,21 @@ impl Bed for VethBed {
     }
 }
 
+/// Kills the processes in the named namespace `n`, then deletes it and its `/etc/netns` files.
+fn delete_netns(n: &str) {
+    if let Ok(pids) = ip(&["netns", "pids", n]) {
+        for pid in pids.split_whitespace() {
+            let _ = Command::new("kill").args(["-KILL", pid]).status();
+        }
+    }
+    let _ = ip(&["netns", "del", n]);
+    let _ = std::fs::remove_dir_all(std::path::Path::new("/etc/netns").join(n));
+}
+
 impl Drop for VethBed {
     fn drop(&mut self) {
         for n in &self.names {
-            let _ = ip(&["netns", "del", n]);
-            let _ = std::fs::remove_dir_all(std::path::Path::new("/etc/netns").join(n));
+            delete_netns(n);
         }
     }
 }

@@ -154,6 +154,10 @@ struct ReplayOnce {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if matches!(cli.cmd, Cmd::Quick(_) | Cmd::Full(_) | Cmd::Demo(_)) {
+        // Ctrl-C or SIGTERM during a run: kill what runs in the test beds and remove them.
+        testbed::signals::tear_down_on_signals("pageload")?;
+    }
     match cli.cmd {
         Cmd::Workloads { write } => workloads(write),
         Cmd::Quick(a) => suite("quick", a),

@@ -14,6 +14,7 @@
 //! * [`topology`]: namespaces, devices, addresses, routes, sysctls; [`Topology`].
 //! * [`calibrate`]: RTT, goodput and loss measured across the long link.
 //! * [`mod@privileges`]: root, user-namespace or nothing; the gate tests use.
+//! * [`signals`]: teardown of live beds on SIGINT, SIGTERM and SIGHUP.
 //!
 //! It does not shape IPv6 (disabled in the namespaces), emulate reordering,
 //! duplication or corruption, or model link-layer framing: rates count whole IP
@@ -27,6 +28,7 @@ pub mod model;
 pub mod netns;
 pub mod privileges;
 pub mod profile;
+pub mod signals;
 pub mod topology;
 
 pub use privileges::{netns_test_gate, privileges, Privileges};

@@ -115,21 +115,44 @@ impl NetNs {
 
     /// Pids of processes (other than this one) whose network namespace is this one.
     pub fn processes(&self) -> Vec<i32> {
-        let Ok(ino) = self.inode() else {
-            return Vec::new();
-        };
-        let want = format!("net:[{ino}]");
-        let me = std::process::id() as i32;
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|&pid| pid != me)
-            .filter(|pid| {
-                std::fs::read_link(format!("/proc/{pid}/ns/net"))
-                    .map(|l| l.to_string_lossy() == want)
-                    .unwrap_or(false)
-            })
-            .collect()
+        match self.inode() {
+            Ok(ino) => processes_in(ino),
+            Err(_) => Vec::new(),
+        }
     }
+}
+
+/// Pids of processes (other than this one) in the network namespace with inode `ino`.
+pub fn processes_in(ino: u64) -> Vec<i32> {
+    let want = format!("net:[{ino}]");
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/net"))
+                .map(|l| l.to_string_lossy() == want)
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// SIGKILLs every process in the namespaces with inodes `inodes` until none is left
+/// (processes may fork while being killed), at most 50 rounds 10 ms apart; returns the
+/// pids still there after the last round.
+pub fn kill_processes_in(inodes: &[u64]) -> Vec<i32> {
+    let mut left = Vec::new();
+    for _ in 0..50 {
+        left = inodes.iter().flat_map(|&i| processes_in(i)).collect();
+        if left.is_empty() {
+            break;
+        }
+        for pid in &left {
+            let _ = netsys::send_signal(*pid, libc::SIGKILL);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    left
 }

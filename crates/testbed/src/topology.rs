@@ -18,7 +18,6 @@ use std::process::Command;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use anyhow::{bail, ensure, Context};
 
@@ -115,6 +114,9 @@ pub struct Topology {
     dir: PathBuf,
     hosts: Mutex<Vec<(String, IpAddr)>>,
     torn_down: bool,
+    /// Kills the namespaces' processes and removes `dir` if the program gets a signal
+    /// ([`crate::signals`]); dropped on teardown.
+    on_signal: Option<crate::signals::Registration>,
 }
 
 /// Where a topology keeps its private files (the hosts file every namespace command
@@ -156,9 +158,15 @@ impl Topology {
             dir,
             hosts: Mutex::new(Vec::new()),
             torn_down: false,
+            on_signal: None,
         };
         // On error, `topo` drops here and tears down whatever was built.
         topo.build().context("bringing the test bed up")?;
+        let (inodes, dir) = (topo.inodes(), topo.dir.clone());
+        topo.on_signal = Some(crate::signals::on_signal(move || {
+            crate::netns::kill_processes_in(&inodes);
+            let _ = std::fs::remove_dir_all(&dir);
+        }));
         Ok(topo)
     }
 
@@ -425,6 +433,11 @@ impl Topology {
         all
     }
 
+    /// Inodes of the topology's namespaces.
+    fn inodes(&self) -> Vec<u64> {
+        self.ns.iter().filter_map(|n| n.inode().ok()).collect()
+    }
+
     /// Pids of processes still running inside any of the topology's namespaces.
     pub fn processes(&self) -> Vec<i32> {
         self.ns.iter().flat_map(|n| n.processes()).collect()
@@ -441,17 +454,8 @@ impl Topology {
             return Ok(());
         }
         self.torn_down = true;
-        let mut left = Vec::new();
-        for _ in 0..50 {
-            left = self.processes();
-            if left.is_empty() {
-                break;
-            }
-            for pid in &left {
-                let _ = netsys::send_signal(*pid, libc::SIGKILL);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.on_signal = None;
+        let left = crate::netns::kill_processes_in(&self.inodes());
         self.stop.store(true, Ordering::Relaxed);
         for l in &mut self.links {
             for d in &mut l.dirs {
