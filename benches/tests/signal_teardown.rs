@@ -5,16 +5,11 @@
 //! Needs root (network namespaces) and nginx; skips loudly otherwise, and fails instead of
 //! skipping when LONGHAUL_REQUIRE_NETNS=1.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-fn skip(why: &str) {
-    if std::env::var("LONGHAUL_REQUIRE_NETNS").as_deref() == Ok("1") {
-        panic!("LONGHAUL_REQUIRE_NETNS=1 but {why}");
-    }
-    eprintln!("SKIP signal_teardown: {why}");
-}
 
 /// Pids (other than ours) whose command line mentions `needle`.
 fn processes_mentioning(needle: &str) -> Vec<(u32, String)> {
@@ -118,11 +113,7 @@ fn stop_mid_run(bed: &str, profile: &str, signal: &str) {
 
 #[test]
 fn a_signal_mid_run_tears_the_test_bed_down() {
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    if uid.ok().as_deref() != Some("0") {
+    if !common::is_root() {
         return skip("not root (network namespaces need CAP_NET_ADMIN)");
     }
     if !Path::new("/usr/sbin/nginx").exists() {
@@ -130,4 +121,8 @@ fn a_signal_mid_run_tears_the_test_bed_down() {
     }
     stop_mid_run("testbed", "pacific", "TERM");
     stop_mid_run("veth", "veth-nodelay", "INT");
+}
+
+fn skip(why: &str) {
+    common::skip("signal_teardown", why);
 }

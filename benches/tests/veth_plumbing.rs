@@ -6,14 +6,9 @@
 //! Needs root (network namespaces), nginx and squid; skips loudly otherwise, and fails instead of
 //! skipping when LONGHAUL_REQUIRE_NETNS=1.
 
-use std::process::Command;
+mod common;
 
-fn skip(why: &str) {
-    if std::env::var("LONGHAUL_REQUIRE_NETNS").as_deref() == Ok("1") {
-        panic!("LONGHAUL_REQUIRE_NETNS=1 but {why}");
-    }
-    eprintln!("SKIP veth_plumbing: {why}");
-}
+use std::process::Command;
 
 fn have(program: &str) -> bool {
     ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
@@ -23,11 +18,7 @@ fn have(program: &str) -> bool {
 
 #[test]
 fn quick_slice_runs_end_to_end_on_veth() {
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    if uid.ok().as_deref() != Some("0") {
+    if !common::is_root() {
         return skip("not root (network namespaces need CAP_NET_ADMIN)");
     }
     for p in ["nginx", "squid", "ip"] {
@@ -83,4 +74,8 @@ fn quick_slice_runs_end_to_end_on_veth() {
     }
     assert!(out.join("summary.md").is_file());
     std::fs::remove_dir_all(&out).unwrap();
+}
+
+fn skip(why: &str) {
+    common::skip("veth_plumbing", why);
 }
