@@ -236,7 +236,7 @@ fn read_state(name: &str) -> anyhow::Result<State> {
 /// forwarding SIGINT/SIGTERM/SIGHUP to it; returns its exit code.
 fn reexec_in_userns() -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("locating the linkem executable")?;
-    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    let signals = testbed::signals::SIGNALS;
     netsys::block_signals(&signals)?;
     // The child starts with an empty signal mask (std resets it before exec).
     let mut child = Command::new("unshare")
@@ -287,7 +287,7 @@ fn up(args: &ProfileArgs, name: &str) -> anyhow::Result<ExitCode> {
         );
     }
     // Block before any thread starts so every thread inherits the mask.
-    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    let signals = testbed::signals::SIGNALS;
     netsys::block_signals(&signals)?;
     let topo = Topology::up(&profile)?;
     let dir = path.parent().context("state path has no parent")?;
@@ -392,7 +392,7 @@ fn calibrate_cmd(
     }
     // Ctrl-C: the namespaces and devices die with the process (nothing runs inside
     // during a calibration); only the hosts file's directory needs removing.
-    let signals = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+    let signals = testbed::signals::SIGNALS;
     netsys::block_signals(&signals)?;
     let topo = Topology::up(&profile)?;
     if let Some(dir) = topo.hosts_path().parent().map(PathBuf::from) {
