@@ -92,7 +92,10 @@ impl Site {
     }
 }
 
-/// The nginx configuration: one server block per host name on its own address.
+/// The nginx configuration: one server block per host name on its own address. HTTPS offers
+/// TLS 1.3 (a one-round-trip handshake, as today's web servers do) besides 1.2: nginx before
+/// 1.23.4, Debian 12's included, enables only up to TLS 1.2 by default, whose full handshake
+/// takes two round trips.
 pub fn nginx_conf(dir: &Path, hosts: &[(String, IpAddr)]) -> String {
     let d = dir.display();
     let mut s = format!(
@@ -105,6 +108,7 @@ pub fn nginx_conf(dir: &Path, hosts: &[(String, IpAddr)]) -> String {
          \x20 fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n\
          \x20 types {{ text/html html; text/css css; application/javascript js; image/png png; application/octet-stream bin; }}\n\
          \x20 ssl_certificate {d}/origin.pem;\n  ssl_certificate_key {d}/origin.key;\n\
+         \x20 ssl_protocols TLSv1.2 TLSv1.3;\n\
          \x20 ssl_session_cache off;\n  ssl_session_tickets off;\n"
     );
     for (h, ip) in hosts {
@@ -206,6 +210,8 @@ mod tests {
             "{conf}"
         );
         assert!(conf.contains("server_name l.yimg.test"));
+        // nginx before 1.23.4 (Debian 12 ships 1.22) offers only TLS 1.2 unless told otherwise.
+        assert!(conf.contains("ssl_protocols TLSv1.2 TLSv1.3;"), "{conf}");
         assert!(std::fs::read_to_string(&site.ca_pem)
             .unwrap()
             .contains("BEGIN CERTIFICATE"));

@@ -83,6 +83,9 @@ pub struct ObjectTime {
     pub bytes: u64,
     /// Whether the request opened a new connection.
     pub new_connection: bool,
+    /// TLS version negotiated on its connection (`TLSv1_3`, `TLSv1_2`); absent over plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 /// Result of one page load.
@@ -101,6 +104,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 struct Conn {
     io: BufReader<Pin<Box<dyn Io>>>,
+    /// Negotiated TLS version, for HTTPS.
+    tls: Option<String>,
 }
 
 struct Shared {
@@ -265,6 +270,7 @@ async fn fetch(shared: &Shared, i: usize, discovered_ms: f64) -> Result<ObjectTi
     if bytes != o.size {
         bail!("{target}: {bytes} bytes, expected {}", o.size);
     }
+    let conn_tls = conn.tls.clone();
     if keep {
         shared
             .idle
@@ -281,6 +287,7 @@ async fn fetch(shared: &Shared, i: usize, discovered_ms: f64) -> Result<ObjectTi
         done_ms,
         bytes,
         new_connection,
+        tls: conn_tls,
     })
 }
 
@@ -331,9 +338,11 @@ async fn open(shared: &Shared, host: &str) -> Result<Conn> {
             .connect(name, tcp)
             .await
             .with_context(|| format!("TLS with {host}"))?;
+        let version = s.get_ref().1.protocol_version().map(|v| format!("{v:?}"));
         io = BufReader::with_capacity(READ_BUFFER_BYTES, Box::pin(s));
+        return Ok(Conn { io, tls: version });
     }
-    Ok(Conn { io })
+    Ok(Conn { io, tls: None })
 }
 
 /// Body framing of a response.
@@ -632,6 +641,14 @@ mod origin_tests {
         let load = load_page(&w, &cfg).await.unwrap();
         assert_eq!(load.objects.len(), 30);
         assert!(load.connections <= 2 * DEFAULT_MAX_PER_HOST);
+        // The negotiated version is recorded per object (rustls' test server speaks TLS 1.3).
+        assert!(
+            load.objects
+                .iter()
+                .all(|o| o.tls.as_deref() == Some("TLSv1_3")),
+            "{:?}",
+            load.objects.iter().map(|o| &o.tls).collect::<Vec<_>>()
+        );
         // Another CA: the handshake must fail.
         let other =
             std::env::temp_dir().join(format!("longhaul-replay-ca2-{}.pem", std::process::id()));

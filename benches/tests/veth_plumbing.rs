@@ -73,6 +73,21 @@ fn quick_slice_runs_end_to_end_on_veth() {
         assert_eq!(f["measured"], false);
     }
     assert!(out.join("summary.md").is_file());
+    // Every HTTPS object went over TLS 1.3 with the nginx origin (direct and through Squid's
+    // CONNECT tunnel alike).
+    let trials = std::fs::read_to_string(out.join("veth-nodelay").join("trials.jsonl")).unwrap();
+    let mut https_objects = 0;
+    for line in trials.lines() {
+        let t: serde_json::Value = serde_json::from_str(line).unwrap();
+        if t["scheme"] != "https" {
+            continue;
+        }
+        for o in t["load"]["objects"].as_array().unwrap() {
+            assert_eq!(o["tls"], "TLSv1_3", "{o}");
+            https_objects += 1;
+        }
+    }
+    assert!(https_objects > 0, "no HTTPS trial in {trials}");
     std::fs::remove_dir_all(&out).unwrap();
 }
 
