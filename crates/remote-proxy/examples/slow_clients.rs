@@ -9,15 +9,21 @@
 //! steadily rather than in one burst a second; they are started before and stopped after each
 //! "with" phase. The ratio is comparable across machines; the absolute figures are not.
 //!
+//! The slow clients come from a child process of their own. In a deployment they are other
+//! hosts, so by default that process runs alone on the last CPU (`taskset`) and the edge, the
+//! remote, the origin and the measured clients on the others: what the "with" phases add is
+//! then the proxies' own work for the slow clients (accepts, reads, timers, 408s), not the
+//! generator's. `--shared-cpus` puts everything on every CPU, the generator included.
+//!
 //! ```text
-//! cargo run --release -p remote-proxy --example slow_clients [-- SLOW REQUESTS [ROUNDS]]
+//! cargo run --release -p remote-proxy --example slow_clients [-- [--shared-cpus] SLOW REQUESTS [ROUNDS]]
 //! ```
 //! Prints one line per round, one per phase (all rounds together: p50, p99) and
 //! `p99 ratio (with SLOW slow / without): R`; the target is R ≤ 1.10.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -93,21 +99,110 @@ async fn normal_client(edge: SocketAddr, origin: SocketAddr, n: usize) -> Vec<Du
 
 /// A slowloris: one byte a second, a new connection after each 408 or close; starts after
 /// `delay`.
-async fn slow_client(edge: SocketAddr, stop: Arc<AtomicBool>, delay: Duration) {
+async fn slow_client(edge: SocketAddr, delay: Duration) {
     tokio::time::sleep(delay).await;
     let head = b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nX-Slow: 1\r\n\r\n";
-    while !stop.load(Ordering::Relaxed) {
+    loop {
         let Ok(mut s) = TcpStream::connect(edge).await else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         for b in head {
-            if stop.load(Ordering::Relaxed) || s.write_all(&[*b]).await.is_err() {
+            if s.write_all(&[*b]).await.is_err() {
                 break;
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
+}
+
+/// The generator process (`--generate EDGE SLOW`): SLOW slowloris clients, started spread over
+/// the first second, until its standard input closes (the parent ended the phase, or died).
+fn generate(edge: SocketAddr, slow: usize) {
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for i in 0..slow {
+            let delay = Duration::from_secs(1) * i as u32 / slow.max(1) as u32;
+            tokio::spawn(slow_client(edge, delay));
+        }
+        std::future::pending::<()>().await
+    });
+}
+
+/// Where the slow-client generator runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// The generator alone on the last CPU, everything else on the others.
+    Isolated { generator_cpu: usize },
+    /// Every process on every CPU.
+    Shared,
+}
+
+/// Pins every thread of process `pid` to `cpus` (a `taskset` list such as `0` or `0-2`).
+fn pin(pid: u32, cpus: &str) -> Result<(), String> {
+    let out = Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+        .stdout(Stdio::null())
+        .output()
+        .map_err(|e| format!("taskset: {e} (util-linux)"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// Decides the placement and, when isolating, pins this process (before any runtime thread
+/// exists, so every thread inherits it) to all CPUs but the last.
+fn place(shared: bool) -> Placement {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if shared {
+        return Placement::Shared;
+    }
+    if cpus < 2 {
+        println!("NOTE: one CPU only: the slow-client generator shares it with what is measured");
+        return Placement::Shared;
+    }
+    let rest = if cpus == 2 {
+        "0".to_string()
+    } else {
+        format!("0-{}", cpus - 2)
+    };
+    match pin(std::process::id(), &rest) {
+        Ok(()) => Placement::Isolated {
+            generator_cpu: cpus - 1,
+        },
+        Err(e) => {
+            println!(
+                "NOTE: could not pin CPUs ({e}): the generator shares them with what is measured"
+            );
+            Placement::Shared
+        }
+    }
+}
+
+/// Starts the generator process for one "with" phase.
+fn start_generator(edge: SocketAddr, slow: usize, placement: Placement) -> Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match placement {
+        Placement::Isolated { generator_cpu } => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &generator_cpu.to_string()]).arg(exe);
+            c
+        }
+        Placement::Shared => Command::new(exe),
+    };
+    cmd.args(["--generate", &edge.to_string(), &slow.to_string()])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("starting the slow-client generator")
 }
 
 async fn phase(edge: SocketAddr, origin: SocketAddr, requests: usize) -> Vec<Duration> {
@@ -133,27 +228,39 @@ async fn phase_with_slow(
     origin: SocketAddr,
     requests: usize,
     slow: usize,
+    placement: Placement,
 ) -> Vec<Duration> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let slows: Vec<_> = (0..slow)
-        .map(|i| {
-            let delay = Duration::from_secs(1) * i as u32 / slow.max(1) as u32;
-            tokio::spawn(slow_client(edge, stop.clone(), delay))
-        })
-        .collect();
+    let mut generator = start_generator(edge, slow, placement);
     tokio::time::sleep(Duration::from_secs(2)).await; // all connected and dribbling
     let with = phase(edge, origin, requests).await;
-    stop.store(true, Ordering::Relaxed);
-    for s in slows {
-        s.abort();
-    }
+    drop(generator.stdin.take());
+    let _ = generator.kill();
+    let _ = generator.wait();
     // Let the edge close their connections before the next phase.
     tokio::time::sleep(Duration::from_millis(500)).await;
     with
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--generate") {
+        let edge = args[1].parse().expect("EDGE");
+        let slow = args[2].parse().expect("SLOW");
+        return generate(edge, slow);
+    }
+    let shared = args.first().map(String::as_str) == Some("--shared-cpus");
+    if shared {
+        args.remove(0);
+    }
+    // Before any thread: the runtimes' threads inherit this process's CPUs.
+    let placement = place(shared);
+    match placement {
+        Placement::Isolated { generator_cpu } => println!(
+            "slow-client generator on CPU {generator_cpu}; edge, remote, origin and measured clients on the others"
+        ),
+        Placement::Shared => println!("slow-client generator on the same CPUs as everything else"),
+    }
+    let mut args = args.into_iter();
     let slow: usize = args.next().map_or(1000, |a| a.parse().expect("SLOW"));
     let requests: usize = args.next().map_or(20_000, |a| a.parse().expect("REQUESTS"));
     let rounds: usize = args
@@ -210,9 +317,9 @@ fn main() {
         for round in 0..rounds {
             let (b, w) = if round % 2 == 0 {
                 let b = phase(edge, origin, per).await;
-                (b, phase_with_slow(edge, origin, per, slow).await)
+                (b, phase_with_slow(edge, origin, per, slow, placement).await)
             } else {
-                let w = phase_with_slow(edge, origin, per, slow).await;
+                let w = phase_with_slow(edge, origin, per, slow, placement).await;
                 (phase(edge, origin, per).await, w)
             };
             println!(
