@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bed;
+pub mod checkpoint;
 pub mod chromium;
 pub mod floor;
 pub mod load;

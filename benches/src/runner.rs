@@ -5,6 +5,7 @@
 //! Chromium), so every repetition starts with cold client connections, as a new page visit.
 
 use crate::bed::{Bed, Node};
+use crate::checkpoint::{Cell, Checkpoint};
 use crate::chromium;
 use crate::floor::{self, LinkModel};
 use crate::load::{LoadPoint, LoadRun};
@@ -56,7 +57,88 @@ pub struct Suite {
     pub load_fractions: Vec<f64>,
     /// Arrival window of each offered-load point.
     pub load_window: Duration,
+    /// Each longhaul system's main variant (the pool size, congestion control and policy it is
+    /// compared with the other systems at).
+    pub main_variants: Vec<SystemSpec>,
+    /// Where the other longhaul variants (the pool-size, congestion-control and policy sweeps)
+    /// are measured: `None` in every cell, `Some(ids)` only on these workloads with the replay
+    /// client.
+    pub sweep_workloads: Option<Vec<String>>,
+    /// Skip the cells that a stopped run of the same settings finished (see
+    /// [`crate::checkpoint`]).
+    pub resume: bool,
 }
+
+impl Suite {
+    /// Whether `spec` is measured in the cell of `workload` and `client`.
+    pub fn measures(&self, spec: &SystemSpec, workload: &str, client: &str) -> bool {
+        match &self.sweep_workloads {
+            None => true,
+            Some(ws) => {
+                spec.carrier().is_none()
+                    || self.main_variants.contains(spec)
+                    || (client == "replay" && ws.iter().any(|w| w == workload))
+            }
+        }
+    }
+
+    /// The settings a checkpoint must match to be resumed: everything that decides what a cell
+    /// measures and how (not the profiles and workloads, which only pick cells).
+    pub fn settings(&self) -> String {
+        let systems: Vec<String> = self.systems.iter().map(|s| s.label()).collect();
+        format!(
+            "suite={} systems={systems:?} clients={:?} schemes={:?} chromium_schemes={:?} \
+             chromium_workloads={:?} runs={} seed={} gap_ms={} initcwnds={:?} loads={:?} \
+             load_window_ms={} sweep={:?}",
+            self.name,
+            self.clients,
+            self.schemes,
+            self.chromium_schemes,
+            self.chromium_workloads,
+            self.runs,
+            self.seed,
+            self.gap.as_millis(),
+            self.initcwnds,
+            self.load_fractions,
+            self.load_window.as_millis(),
+            self.sweep_workloads,
+        )
+    }
+
+    /// The page-load cells of one profile, as `(workload, client, scheme)`, in run order.
+    fn cells<'w>(&self, all: &'w [Workload]) -> Vec<(&'w Workload, String, String)> {
+        let mut out = Vec::new();
+        for wid in &self.workloads {
+            let w = all.iter().find(|w| &w.id == wid).expect("loaded");
+            for client in &self.clients {
+                if client == "chromium"
+                    && (!self.chromium_workloads.contains(wid)
+                        || w.objects.is_empty()
+                        || wid == "bulk")
+                {
+                    continue;
+                }
+                for scheme in &self.schemes {
+                    if client == "chromium" && !self.chromium_schemes.contains(scheme) {
+                        continue;
+                    }
+                    out.push((w, client.clone(), scheme.clone()));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Checkpoint key of a page-load cell.
+fn cell_key(workload: &str, client: &str, scheme: &str) -> String {
+    format!("{workload}/{client}/{scheme}")
+}
+
+/// Checkpoint key of the initial-window sweep.
+const INITCWND_CELL: &str = "initcwnd";
+/// Checkpoint key of the offered-load points.
+const LOAD_CELL: &str = "load";
 
 /// Everything a suite measured.
 #[derive(Debug, Default)]
@@ -244,21 +326,44 @@ pub fn run_suite(suite: &Suite, cx: &RunContext) -> Result<Outcome> {
     for profile in &suite.profiles {
         let dir = cx.out.join(profile);
         std::fs::create_dir_all(&dir)?;
+        let mut cp = Checkpoint::open(&dir, &suite.settings(), suite.resume)?;
+        let all = load_workloads(suite, cx)?;
+        let mut keys: Vec<String> = suite
+            .cells(&all)
+            .iter()
+            .map(|(w, c, s)| cell_key(&w.id, c, s))
+            .collect();
+        if !suite.initcwnds.is_empty() {
+            keys.push(INITCWND_CELL.into());
+        }
+        if !suite.load_fractions.is_empty() {
+            keys.push(LOAD_CELL.into());
+        }
+        if cp.all_done(keys.iter()) {
+            (cx.log)(&format!(
+                "== profile {profile}: every cell finished in an earlier run (--resume)"
+            ));
+            for k in &keys {
+                let c = cp.get(k).expect("done");
+                rows.extend(c.rows.iter().cloned());
+                load.extend(c.load.iter().cloned());
+            }
+            continue;
+        }
         (cx.log)(&format!("== profile {profile}: bringing the bed up"));
         let bed = (cx.open_bed)(profile)?;
-        let o = run_profile(suite, cx, bed.as_ref(), &dir)?;
+        let o = run_profile(suite, cx, bed.as_ref(), &dir, &all, &mut cp)?;
         rows.extend(o.rows);
         load.extend(o.load);
     }
+    crate::checkpoint::prefer_measured(&mut rows);
     crate::results::fill_ratios(&mut rows);
     crate::results::sort(&mut rows);
     Ok(Outcome { rows, load })
 }
 
-fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Result<Outcome> {
-    let link = bed.link();
-    let profile = link.profile.clone();
-    // Every workload and what a mixed load is made of.
+/// Every workload of the suite and what its mixed loads are made of.
+fn load_workloads(suite: &Suite, cx: &RunContext) -> Result<Vec<Workload>> {
     let mut all: Vec<Workload> = Vec::new();
     let mut want: Vec<String> = suite.workloads.clone();
     for id in &suite.workloads {
@@ -273,7 +378,20 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
             all.push(Workload::load(&cx.workloads_dir, &id)?);
         }
     }
-    let site = Site::prepare(&dir.join("origin"), &all)?;
+    Ok(all)
+}
+
+fn run_profile(
+    suite: &Suite,
+    cx: &RunContext,
+    bed: &dyn Bed,
+    dir: &Path,
+    all: &[Workload],
+    cp: &mut Checkpoint,
+) -> Result<Outcome> {
+    let link = bed.link();
+    let profile = link.profile.clone();
+    let site = Site::prepare(&dir.join("origin"), all)?;
     for (_, a) in &site.hosts {
         bed.add_origin_address(*a)?;
     }
@@ -331,6 +449,9 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
                 (cx.log)(&format!("   could not start {}: {e:#}", spec.label()));
                 for w in &suite.workloads {
                     for c in &suite.clients {
+                        if !suite.measures(spec, w, c) {
+                            continue;
+                        }
                         for s in &suite.schemes {
                             let mut row = Row::skipped(
                                 &profile,
@@ -354,115 +475,138 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
         rate_bps: link.rate_bps,
     };
     let mut cell = 0u64;
-    for wid in &suite.workloads {
-        let w = all.iter().find(|w| &w.id == wid).expect("loaded").clone();
-        for client in &suite.clients {
-            if client == "chromium"
-                && (!suite.chromium_workloads.contains(wid)
-                    || w.objects.is_empty()
-                    || wid == "bulk")
-            {
-                continue;
-            }
-            for scheme in &suite.schemes {
-                if client == "chromium" && !suite.chromium_schemes.contains(scheme) {
-                    continue;
-                }
-                cell += 1;
-                let floor_w = match &w.mixed {
-                    Some(m) => all.iter().find(|x| x.id == m.page).cloned(),
-                    None => Some(w.clone()),
-                };
-                if let Some(f) = floor_w
-                    .as_ref()
-                    .and_then(|fw| floor::floor_ms(fw, &link_model))
-                {
-                    if w.mixed.is_none() {
-                        rows.push(Row::floor(&profile, wid, client, scheme, f));
-                    }
-                }
-                for spec in &suite.systems {
-                    if let Some(why) = spec.unsupported(scheme) {
-                        let mut row = Row::skipped(&profile, wid, client, &spec.id, scheme, why);
-                        row.params = spec.params.clone();
-                        rows.push(row);
-                    }
-                }
-                let active: Vec<&mut Running> = running
-                    .iter_mut()
-                    .filter(|r| r.spec.unsupported(scheme).is_none())
-                    .collect();
-                let mut samples: Vec<Vec<f64>> = vec![Vec::new(); active.len()];
-                let mut errors: Vec<Vec<String>> = vec![Vec::new(); active.len()];
-                let order = shuffled_order(
-                    active.len(),
-                    suite.runs,
-                    suite.seed.wrapping_mul(1000).wrapping_add(cell),
-                );
-                (cx.log)(&format!(
-                    "   {wid} {client} {scheme}: {} systems x {} runs",
-                    active.len(),
-                    suite.runs
-                ));
-                for rep in &order {
-                    for &i in rep {
-                        let sys = &active[i];
-                        let r = match client.as_str() {
-                            "replay" => tr.replay(sys.proxy, wid, scheme).map(|p| {
-                                // Per-object times of every replay load, for later reading.
-                                let line = serde_json::json!({
-                                    "workload": wid, "system": sys.spec.id, "params": sys.spec.params,
-                                    "scheme": scheme, "load": p,
-                                });
-                                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&trials) {
-                                    use std::io::Write as _;
-                                    let _ = writeln!(f, "{line}");
-                                }
-                                p.plt_ms
-                            }),
-                            "chromium" => tr.chromium(sys.proxy, &w, scheme),
-                            other => Err(anyhow::anyhow!("unknown client {other}")),
-                        };
-                        match r {
-                            Ok(v) => samples[i].push(v),
-                            Err(e) => errors[i].push(format!("{e:#}")),
-                        }
-                        std::thread::sleep(suite.gap);
-                    }
-                }
-                for (i, sys) in active.iter().enumerate() {
-                    let row = Row::measured(
-                        &profile,
-                        wid,
-                        client,
-                        &sys.spec.id,
-                        sys.spec.params.clone(),
-                        scheme,
-                        std::mem::take(&mut samples[i]),
-                        std::mem::take(&mut errors[i]),
-                    );
-                    (cx.log)(&format!(
-                        "      {:<44} median {:>8} ms  p95 {:>8} ms  ({} ok, {} failed)",
-                        sys.spec.label(),
-                        row.plt_ms_median
-                            .map(|v| format!("{v:.0}"))
-                            .unwrap_or_else(|| "-".into()),
-                        row.plt_ms_p95
-                            .map(|v| format!("{v:.0}"))
-                            .unwrap_or_else(|| "-".into()),
-                        row.runs,
-                        row.failures
-                    ));
-                    rows.push(row);
-                }
+    for (w, client, scheme) in suite.cells(all) {
+        let (wid, client, scheme) = (&w.id, client.as_str(), scheme.as_str());
+        // The cell number seeds the order, so a resumed run measures a cell as a whole run would.
+        cell += 1;
+        let key = cell_key(wid, client, scheme);
+        if let Some(done) = cp.get(&key) {
+            (cx.log)(&format!("   {key}: finished in an earlier run (--resume)"));
+            rows.extend(done.rows.iter().cloned());
+            continue;
+        }
+        let mut cell_rows = Vec::new();
+        let floor_w = match &w.mixed {
+            Some(m) => all.iter().find(|x| x.id == m.page).cloned(),
+            None => Some(w.clone()),
+        };
+        if let Some(f) = floor_w
+            .as_ref()
+            .and_then(|fw| floor::floor_ms(fw, &link_model))
+        {
+            if w.mixed.is_none() {
+                cell_rows.push(Row::floor(&profile, wid, client, scheme, f));
             }
         }
+        for spec in &suite.systems {
+            if !suite.measures(spec, wid, client) {
+                continue;
+            }
+            if let Some(why) = spec.unsupported(scheme) {
+                let mut row = Row::skipped(&profile, wid, client, &spec.id, scheme, why);
+                row.params = spec.params.clone();
+                cell_rows.push(row);
+            }
+        }
+        let active: Vec<&mut Running> = running
+            .iter_mut()
+            .filter(|r| {
+                r.spec.unsupported(scheme).is_none() && suite.measures(&r.spec, wid, client)
+            })
+            .collect();
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); active.len()];
+        let mut errors: Vec<Vec<String>> = vec![Vec::new(); active.len()];
+        let order = shuffled_order(
+            active.len(),
+            suite.runs,
+            suite.seed.wrapping_mul(1000).wrapping_add(cell),
+        );
+        (cx.log)(&format!(
+            "   {wid} {client} {scheme}: {} systems x {} runs",
+            active.len(),
+            suite.runs
+        ));
+        for rep in &order {
+            for &i in rep {
+                let sys = &active[i];
+                let r = match client {
+                    "replay" => tr.replay(sys.proxy, wid, scheme).map(|p| {
+                        // Per-object times of every replay load, for later reading.
+                        let line = serde_json::json!({
+                            "workload": wid, "system": sys.spec.id, "params": sys.spec.params,
+                            "scheme": scheme, "load": p,
+                        });
+                        if let Ok(mut f) = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(&trials)
+                        {
+                            use std::io::Write as _;
+                            let _ = writeln!(f, "{line}");
+                        }
+                        p.plt_ms
+                    }),
+                    "chromium" => tr.chromium(sys.proxy, w, scheme),
+                    other => Err(anyhow::anyhow!("unknown client {other}")),
+                };
+                match r {
+                    Ok(v) => samples[i].push(v),
+                    Err(e) => errors[i].push(format!("{e:#}")),
+                }
+                std::thread::sleep(suite.gap);
+            }
+        }
+        for (i, sys) in active.iter().enumerate() {
+            let row = Row::measured(
+                &profile,
+                wid,
+                client,
+                &sys.spec.id,
+                sys.spec.params.clone(),
+                scheme,
+                std::mem::take(&mut samples[i]),
+                std::mem::take(&mut errors[i]),
+            );
+            (cx.log)(&format!(
+                "      {:<44} median {:>8} ms  p95 {:>8} ms  ({} ok, {} failed)",
+                sys.spec.label(),
+                row.plt_ms_median
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                row.plt_ms_p95
+                    .map(|v| format!("{v:.0}"))
+                    .unwrap_or_else(|| "-".into()),
+                row.runs,
+                row.failures
+            ));
+            cell_rows.push(row);
+        }
+        cp.record(Cell {
+            cell: key,
+            rows: cell_rows.clone(),
+            load: Vec::new(),
+        })?;
+        rows.extend(cell_rows);
     }
     if !suite.initcwnds.is_empty() {
-        rows.extend(initcwnd_sweep(suite, cx, bed, &tr, &profile)?);
+        if let Some(done) = cp.get(INITCWND_CELL) {
+            (cx.log)("   initial-window sweep: finished in an earlier run (--resume)");
+            rows.extend(done.rows.iter().cloned());
+        } else {
+            let sweep = initcwnd_sweep(suite, cx, bed, &tr, &profile)?;
+            cp.record(Cell {
+                cell: INITCWND_CELL.into(),
+                rows: sweep.clone(),
+                load: Vec::new(),
+            })?;
+            rows.extend(sweep);
+        }
     }
     let mut load = Vec::new();
-    if !suite.load_fractions.is_empty() {
+    if let Some(done) = cp.get(LOAD_CELL) {
+        (cx.log)("   offered load: finished in an earlier run (--resume)");
+        load.extend(done.load.iter().cloned());
+    } else if !suite.load_fractions.is_empty() {
         let wid = if all.iter().any(|w| w.id == "yahoo") {
             "yahoo"
         } else {
@@ -513,6 +657,11 @@ fn run_profile(suite: &Suite, cx: &RunContext, bed: &dyn Bed, dir: &Path) -> Res
                 std::thread::sleep(suite.gap);
             }
         }
+        cp.record(Cell {
+            cell: LOAD_CELL.into(),
+            rows: Vec::new(),
+            load: load.clone(),
+        })?;
     }
     Ok(Outcome { rows, load })
 }
@@ -570,4 +719,65 @@ fn initcwnd_sweep(
         rows.push(row);
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn suite(sweep: Option<Vec<String>>) -> Suite {
+        let main = SystemSpec::longhaul(10, "bbr", "least-outstanding");
+        Suite {
+            name: "full".into(),
+            profiles: vec!["pacific".into()],
+            workloads: vec!["yahoo".into(), "google".into()],
+            systems: vec![
+                SystemSpec::plain("direct"),
+                SystemSpec::longhaul(1, "bbr", "least-outstanding"),
+                main.clone(),
+            ],
+            clients: vec!["replay".into(), "chromium".into()],
+            chromium_workloads: vec!["yahoo".into(), "google".into()],
+            schemes: vec!["http".into()],
+            chromium_schemes: vec!["http".into()],
+            runs: 10,
+            seed: 1,
+            gap: Duration::from_millis(1200),
+            initcwnds: vec![],
+            load_fractions: vec![],
+            load_window: Duration::from_secs(10),
+            main_variants: vec![SystemSpec::plain("direct"), main],
+            sweep_workloads: sweep,
+            resume: false,
+        }
+    }
+
+    #[test]
+    fn swept_variants_run_only_on_the_sweep_page_with_the_replay_client() {
+        let s = suite(Some(vec!["yahoo".into()]));
+        let n1 = SystemSpec::longhaul(1, "bbr", "least-outstanding");
+        let n10 = SystemSpec::longhaul(10, "bbr", "least-outstanding");
+        let direct = SystemSpec::plain("direct");
+        assert!(s.measures(&n1, "yahoo", "replay"));
+        assert!(!s.measures(&n1, "yahoo", "chromium"));
+        assert!(!s.measures(&n1, "google", "replay"));
+        for (w, c) in [("yahoo", "chromium"), ("google", "replay")] {
+            assert!(s.measures(&n10, w, c));
+            assert!(s.measures(&direct, w, c));
+        }
+        // Without a sweep page every variant runs in every cell.
+        assert!(suite(None).measures(&n1, "google", "chromium"));
+    }
+
+    #[test]
+    fn settings_name_what_a_cell_measures_but_not_which_cells_run() {
+        let a = suite(None);
+        let mut b = a.clone();
+        b.profiles = vec!["satellite".into()];
+        b.workloads = vec!["bulk".into()];
+        b.resume = true;
+        assert_eq!(a.settings(), b.settings());
+        b.runs = 5;
+        assert_ne!(a.settings(), b.settings());
+    }
 }

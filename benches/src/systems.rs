@@ -127,11 +127,7 @@ pub fn variants(
     for n in pools {
         specs.push(SystemSpec::longhaul_on(id, *n, c0, p0));
     }
-    let n0 = if pools.contains(&10) {
-        10
-    } else {
-        pools.first().copied().unwrap_or(10)
-    };
+    let n0 = main_pool_size(pools);
     for c in congestion {
         for p in policies {
             let v = SystemSpec::longhaul_on(id, n0, c, p);
@@ -141,6 +137,35 @@ pub fn variants(
         }
     }
     specs
+}
+
+/// Pool size of the main variant: 10 when swept, else the first given.
+fn main_pool_size(pools: &[u32]) -> u32 {
+    if pools.contains(&10) {
+        10
+    } else {
+        pools.first().copied().unwrap_or(10)
+    }
+}
+
+/// The variant system `id` is compared with the others at: the main pool size (10 when it is
+/// among `pools`) with the first congestion control and policy; the system itself when it has
+/// no variants (`None` for a longhaul system given no congestion control or policy).
+pub fn main_variant(
+    id: &str,
+    pools: &[u32],
+    congestion: &[String],
+    policies: &[String],
+) -> Option<SystemSpec> {
+    if carrier_of(id).is_none() {
+        return Some(SystemSpec::plain(id));
+    }
+    Some(SystemSpec::longhaul_on(
+        id,
+        main_pool_size(pools),
+        congestion.first()?,
+        policies.first()?,
+    ))
 }
 
 /// A started system: its processes and the proxy address clients use.
@@ -646,6 +671,26 @@ pub fn wait_ready(r: &mut Running, mut probe: impl FnMut() -> Result<()>) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_main_variant_is_n10_with_the_first_congestion_control_and_policy() {
+        let cc = vec!["bbr".to_string(), "cubic".to_string()];
+        let pol = vec!["least-outstanding".to_string(), "round-robin".to_string()];
+        let all = variants("longhaul-tcp", &[1, 10, 50], &cc, &pol);
+        let main = main_variant("longhaul-tcp", &[1, 10, 50], &cc, &pol).unwrap();
+        assert_eq!(main, SystemSpec::longhaul(10, "bbr", "least-outstanding"));
+        assert!(all.contains(&main));
+        // Without 10 among the sizes, the first size.
+        assert_eq!(
+            main_variant("longhaul-quic", &[2, 5], &cc, &pol),
+            Some(SystemSpec::longhaul_quic(2, "bbr", "least-outstanding"))
+        );
+        assert_eq!(
+            main_variant("direct", &[], &[], &[]),
+            Some(SystemSpec::plain("direct"))
+        );
+        assert_eq!(main_variant("longhaul-tcp", &[10], &[], &pol), None);
+    }
 
     #[test]
     fn squid_child_forwards_everything_to_its_parent() {

@@ -130,6 +130,10 @@ struct SuiteArgs {
     /// without any delay (plumbing check only).
     #[arg(long, default_value = "testbed")]
     bed: String,
+    /// Continue a stopped run in the same --out: cells it finished (recorded in
+    /// PROFILE/cells.jsonl) are kept, the rest are run. The other arguments must be the same.
+    #[arg(long)]
+    resume: bool,
 }
 
 #[derive(Args)]
@@ -287,6 +291,7 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         }
     });
     let mut specs = Vec::new();
+    let mut main_variants = Vec::new();
     for s in &systems {
         if !results::SYSTEMS.contains(&s.as_str()) || s == "floor" {
             bail!(
@@ -302,6 +307,7 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         // longhaul-tcp and longhaul-quic: the pool-size sweep with the first congestion
         // control and policy; the other congestion controls and policies at the default size.
         specs.extend(systems::variants(s, &pools, &congestion, &policies));
+        main_variants.extend(systems::main_variant(s, &pools, &congestion, &policies));
     }
     let workloads = a.workloads.clone().unwrap_or(workloads);
     let known = workload::all_ids();
@@ -310,6 +316,18 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
             bail!("unknown workload {w:?} (one of {known:?})");
         }
     }
+    // The full suite compares every system on every page at longhaul's main variant, and
+    // sweeps longhaul's pool size, congestion control and policy on one page (Yahoo, or the
+    // first one given) with the replay client: seed 001's figure 5b is drawn from one page.
+    // The other suites run every variant in every cell.
+    let sweep_workloads = full.then(|| {
+        let page = if workloads.iter().any(|w| w == "yahoo") {
+            "yahoo"
+        } else {
+            workloads.first().map_or("yahoo", |w| w.as_str())
+        };
+        vec![page.to_string()]
+    });
     Ok(Suite {
         name: name.into(),
         profiles: a.profiles.clone().unwrap_or(profiles),
@@ -346,6 +364,9 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
             }
         }),
         load_window: Duration::from_secs(a.load_window_s),
+        main_variants,
+        sweep_workloads,
+        resume: a.resume,
     })
 }
 
