@@ -129,6 +129,59 @@ impl Checkpoint {
     }
 }
 
+/// What the checkpoints of a run directory hold.
+#[derive(Debug, Default)]
+pub struct RunCells {
+    /// The distinct settings lines.
+    pub settings: Vec<String>,
+    /// Rows of every finished cell.
+    pub rows: Vec<Row>,
+    /// Offered-load points.
+    pub load: Vec<LoadPoint>,
+    /// Finished cells.
+    pub cells: usize,
+}
+
+/// Everything the checkpoints under a run directory hold (`DIR/*/cells.jsonl`), whether the
+/// run finished or not. Reads only; lines that do not parse are skipped with a message.
+pub fn read_run(dir: &Path) -> Result<RunCells> {
+    let mut settings = Vec::new();
+    let mut rows = Vec::new();
+    let mut load = Vec::new();
+    let mut cells = 0;
+    let mut profiles: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path().join(FILE)))
+        .filter(|p| p.is_file())
+        .collect();
+    profiles.sort();
+    for path in profiles {
+        let text = std::fs::read_to_string(&path)?;
+        let mut lines = text.lines();
+        if let Some(Ok(h)) = lines.next().map(serde_json::from_str::<Header>) {
+            if !settings.contains(&h.settings) {
+                settings.push(h.settings);
+            }
+        }
+        for line in lines {
+            match serde_json::from_str::<Cell>(line) {
+                Ok(c) => {
+                    cells += 1;
+                    rows.extend(c.rows);
+                    load.extend(c.load);
+                }
+                Err(e) => eprintln!("{}: a line unreadable ({e}), skipped", path.display()),
+            }
+        }
+    }
+    Ok(RunCells {
+        settings,
+        rows,
+        load,
+        cells,
+    })
+}
+
 /// Removes rows that say a system was not measured where a measured row of the same system,
 /// parameters and cell exists (a system that failed to start in one run but ran in another).
 pub fn prefer_measured(rows: &mut Vec<Row>) {
@@ -187,7 +240,8 @@ mod tests {
 
     #[test]
     fn resume_keeps_finished_cells_and_a_fresh_run_starts_over() {
-        let dir = std::env::temp_dir().join(format!("longhaul-checkpoint-{}", std::process::id()));
+        let run = std::env::temp_dir().join(format!("longhaul-checkpoint-{}", std::process::id()));
+        let dir = run.join("pacific");
         std::fs::create_dir_all(&dir).unwrap();
         let mut c = Checkpoint::open(&dir, "runs=10", false).unwrap();
         assert!(c.get("yahoo/replay/http").is_none());
@@ -205,6 +259,12 @@ mod tests {
 
         let c = Checkpoint::open(&dir, "runs=10", true).unwrap();
         assert_eq!(c.get("yahoo/replay/http"), Some(&cell));
+        // The run directory's report reads the same cells.
+        let got = read_run(&run).unwrap();
+        assert_eq!(got.settings, ["runs=10"]);
+        assert_eq!(got.cells, 1);
+        assert_eq!(got.rows, cell.rows);
+        assert!(got.load.is_empty());
         assert!(c.get("google/replay/http").is_none());
         assert!(c.all_done(["yahoo/replay/http".to_string()].iter()));
         assert!(!c.all_done(["yahoo/replay/http".into(), "x".to_string()].iter()));
@@ -218,7 +278,7 @@ mod tests {
         assert!(c.get("yahoo/replay/http").is_none());
         let c = Checkpoint::open(&dir, "runs=5", true).unwrap();
         assert!(c.get("yahoo/replay/http").is_none());
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&run).unwrap();
     }
 
     #[test]

@@ -47,6 +47,13 @@ enum Cmd {
     ReplayOnce(ReplayOnce),
     /// Page loads arriving at a Poisson rate, as JSON on stdout (offered-load points).
     LoadOnce(LoadOnce),
+    /// Write results.json, summary.md, load.json and the plots of a run directory from the
+    /// cells its checkpoints hold (PROFILE/cells.jsonl), finished or not: a look at a long run
+    /// while it runs or after it stopped, without running anything.
+    Report {
+        /// Run directory.
+        dir: PathBuf,
+    },
     /// Redraw the plots of a run directory from its results.json (and load.json).
     Plot {
         /// Run directory.
@@ -169,8 +176,52 @@ fn main() -> Result<()> {
         Cmd::Demo(a) => suite("demo", a),
         Cmd::ReplayOnce(a) => replay_once(a),
         Cmd::LoadOnce(a) => load_once(a),
+        Cmd::Report { dir } => report(&dir),
         Cmd::Plot { dir } => replot(&dir),
     }
+}
+
+fn report(dir: &Path) -> Result<()> {
+    let longhaul_benches::checkpoint::RunCells {
+        settings,
+        mut rows,
+        load,
+        cells,
+    } = longhaul_benches::checkpoint::read_run(dir)?;
+    if cells == 0 {
+        bail!(
+            "no finished cell under {} (PROFILE/{})",
+            dir.display(),
+            longhaul_benches::checkpoint::FILE
+        );
+    }
+    longhaul_benches::checkpoint::prefer_measured(&mut rows);
+    results::fill_ratios(&mut rows);
+    results::sort(&mut rows);
+    results::validate(&rows)?;
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&rows)?,
+    )?;
+    if !load.is_empty() {
+        std::fs::write(dir.join("load.json"), serde_json::to_string_pretty(&load)?)?;
+    }
+    let pre = format!(
+        "Report of the {cells} finished cells checkpointed in this run directory (a run that may \
+         not have finished: cells not listed were not measured). Settings: {}. PLT in ms \
+         (replay: first request to last byte; chromium: loadEventEnd - navigationStart). The \
+         floor is computed (levels x RTT + bytes / rate), not measured.",
+        settings.join("; ")
+    );
+    std::fs::write(
+        dir.join("summary.md"),
+        results::markdown_summary("pageload report", &pre, &rows),
+    )?;
+    for f in plots::draw_all(dir, &rows, &load)? {
+        eprintln!("plot {}", f.display());
+    }
+    println!("{}", dir.join("summary.md").display());
+    Ok(())
 }
 
 fn default_workloads_dir() -> PathBuf {
