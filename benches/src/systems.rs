@@ -288,6 +288,13 @@ pub fn h2_window(link: &crate::bed::LinkInfo) -> u64 {
     ((2.0 * bdp) as u64).clamp(65_535, (1 << 31) - 1)
 }
 
+/// Idle lifetime of the near HAProxy's HTTP/2 connection to the far one, in seconds. HAProxy
+/// closes half of a server's idle connections every `pool-purge-delay` (5 s by default), which
+/// would leave the chain cold whenever the runner's schedule leaves it idle for a few seconds
+/// (about 50 s between its turns in the full suite); the other chains stay warm between turns
+/// (Squid's standby connections, longhaul's pool), so this one is kept as long as its timeouts.
+pub const HAPROXY_PEER_IDLE_SECS: u64 = 120;
+
 /// HAProxy near side: HTTP/1.1 forward-proxy requests in, one HTTP/2 connection to the far side.
 pub fn haproxy_edge_conf(
     dir: &Path,
@@ -301,7 +308,7 @@ pub fn haproxy_edge_conf(
          defaults\n  mode http\n  timeout connect 10s\n  timeout client 120s\n  timeout server 120s\n\
          \x20 timeout http-keep-alive 120s\n  option http-keep-alive\n\
          frontend fe\n  bind {listen}\n  default_backend far\n\
-         backend far\n  http-reuse always\n  server far {remote} proto h2\n",
+         backend far\n  http-reuse always\n  server far {remote} proto h2 pool-purge-delay {HAPROXY_PEER_IDLE_SECS}s\n",
         d = dir.display()
     )
 }
@@ -723,7 +730,8 @@ mod tests {
             "10.77.2.2:8443".parse().unwrap(),
             3_250_000,
         );
-        assert!(e.contains("server far 10.77.2.2:8443 proto h2"));
+        // The one HTTP/2 connection stays open between the runner's turns (not purged at 5 s).
+        assert!(e.contains("server far 10.77.2.2:8443 proto h2 pool-purge-delay 120s"));
         assert!(e.contains("tune.h2.initial-window-size 3250000"));
         let r = haproxy_remote_conf(
             d,
