@@ -311,12 +311,20 @@ impl Bed for VethBed {
     }
 }
 
-/// Kills the processes in the named namespace `n`, then deletes it and its `/etc/netns` files.
+/// Kills the processes in the named namespace `n` (again until none is left, as
+/// `testbed::netns::kill_processes_in` does), then deletes it and its `/etc/netns` files.
 fn delete_netns(n: &str) {
-    if let Ok(pids) = ip(&["netns", "pids", n]) {
+    for _ in 0..50 {
+        let Ok(pids) = ip(&["netns", "pids", n]) else {
+            break;
+        };
+        if pids.trim().is_empty() {
+            break;
+        }
         for pid in pids.split_whitespace() {
             let _ = Command::new("kill").args(["-KILL", pid]).status();
         }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let _ = ip(&["netns", "del", n]);
     let _ = std::fs::remove_dir_all(std::path::Path::new("/etc/netns").join(n));

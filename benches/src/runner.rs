@@ -130,6 +130,15 @@ impl Suite {
     }
 }
 
+/// The page the one-page sweeps run on: Yahoo when it is among `workloads`, else the first.
+pub fn sweep_page(workloads: &[String]) -> &str {
+    if workloads.iter().any(|w| w == "yahoo") {
+        "yahoo"
+    } else {
+        workloads.first().map_or("yahoo", |w| w.as_str())
+    }
+}
+
 /// Checkpoint key of a page-load cell.
 fn cell_key(workload: &str, client: &str, scheme: &str) -> String {
     format!("{workload}/{client}/{scheme}")
@@ -170,6 +179,12 @@ struct Trialer<'a> {
 }
 
 impl Trialer<'_> {
+    /// Starts no further client once a signal is tearing the beds down (one started after the
+    /// cleanup's sweep of the namespaces would outlive the run): waits for the exit instead.
+    fn may_start(&self) {
+        testbed::signals::hold_if_stopping();
+    }
+
     fn heal(&self) {
         match self.bed.heal() {
             Ok(false) => {}
@@ -186,6 +201,7 @@ impl Trialer<'_> {
         w: &str,
         scheme: &str,
     ) -> Result<PageLoad> {
+        self.may_start();
         self.heal();
         let exe = std::env::current_exe()?;
         let mut cmd = self.bed.command(Node::Client, &exe.display().to_string());
@@ -224,6 +240,7 @@ impl Trialer<'_> {
         window: Duration,
         seed: u64,
     ) -> Result<LoadRun> {
+        self.may_start();
         self.heal();
         let exe = std::env::current_exe()?;
         let mut cmd = self.bed.command(Node::Client, &exe.display().to_string());
@@ -261,6 +278,7 @@ impl Trialer<'_> {
         w: &Workload,
         scheme: &str,
     ) -> Result<f64> {
+        self.may_start();
         self.heal();
         let n = self.counter.get();
         self.counter.set(n + 1);
@@ -674,11 +692,7 @@ fn initcwnd_sweep(
     tr: &Trialer,
     profile: &str,
 ) -> Result<Vec<Row>> {
-    let wid = if suite.workloads.iter().any(|w| w == "yahoo") {
-        "yahoo"
-    } else {
-        suite.workloads[0].as_str()
-    };
+    let wid = sweep_page(&suite.workloads);
     let mut rows = Vec::new();
     (cx.log)(&format!(
         "   initial-window sweep on {wid} (direct, replay, http)"

@@ -198,28 +198,12 @@ fn report(dir: &Path) -> Result<()> {
     longhaul_benches::checkpoint::prefer_measured(&mut rows);
     results::fill_ratios(&mut rows);
     results::sort(&mut rows);
-    results::validate(&rows)?;
-    std::fs::write(
-        dir.join("results.json"),
-        serde_json::to_string_pretty(&rows)?,
-    )?;
-    if !load.is_empty() {
-        std::fs::write(dir.join("load.json"), serde_json::to_string_pretty(&load)?)?;
-    }
     let pre = format!(
         "Report of the {cells} finished cells checkpointed in this run directory (a run that may \
-         not have finished: cells not listed were not measured). Settings: {}. PLT in ms \
-         (replay: first request to last byte; chromium: loadEventEnd - navigationStart). The \
-         floor is computed (levels x RTT + bytes / rate), not measured.",
+         not have finished: cells not listed were not measured). Settings: {}.",
         settings.join("; ")
     );
-    std::fs::write(
-        dir.join("summary.md"),
-        results::markdown_summary("pageload report", &pre, &rows),
-    )?;
-    for f in plots::draw_all(dir, &rows, &load)? {
-        eprintln!("plot {}", f.display());
-    }
+    write_run(dir, "pageload report", &pre, &rows, &load)?;
     println!("{}", dir.join("summary.md").display());
     Ok(())
 }
@@ -371,14 +355,7 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
     // sweeps longhaul's pool size, congestion control and policy on one page (Yahoo, or the
     // first one given) with the replay client: seed 001's figure 5b is drawn from one page.
     // The other suites run every variant in every cell.
-    let sweep_workloads = full.then(|| {
-        let page = if workloads.iter().any(|w| w == "yahoo") {
-            "yahoo"
-        } else {
-            workloads.first().map_or("yahoo", |w| w.as_str())
-        };
-        vec![page.to_string()]
-    });
+    let sweep_workloads = full.then(|| vec![runner::sweep_page(&workloads).to_string()]);
     Ok(Suite {
         name: name.into(),
         profiles: a.profiles.clone().unwrap_or(profiles),
@@ -497,16 +474,17 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     );
     let outcome = runner::run_suite(&s, &cx)?;
     let rows = outcome.rows;
-    write_outputs(&s, &out, &rows)?;
-    if !outcome.load.is_empty() {
-        std::fs::write(
-            out.join("load.json"),
-            serde_json::to_string_pretty(&outcome.load)?,
-        )?;
-    }
-    for f in plots::draw_all(&out, &rows, &outcome.load)? {
-        eprintln!("plot {}", f.display());
-    }
+    let pre = format!(
+        "Suite `{}`: profiles {:?}, {} repetitions per cell, order shuffled per repetition (seed {}).",
+        s.name, s.profiles, s.runs, s.seed
+    );
+    write_run(
+        &out,
+        &format!("pageload {}", s.name),
+        &pre,
+        &rows,
+        &outcome.load,
+    )?;
     if name == "demo" {
         print!("{}", results::markdown_table(&rows));
         print!("{}", results::targets_markdown(&rows));
@@ -516,22 +494,34 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     Ok(())
 }
 
-fn write_outputs(s: &Suite, out: &Path, rows: &[Row]) -> Result<()> {
+/// Writes a run directory's results.json, summary.md (titled `title`, `pre` before the table),
+/// load.json when there are load points, and the plots.
+fn write_run(
+    out: &Path,
+    title: &str,
+    pre: &str,
+    rows: &[Row],
+    load: &[load::LoadPoint],
+) -> Result<()> {
     results::validate(rows)?;
     std::fs::write(
         out.join("results.json"),
         serde_json::to_string_pretty(rows)?,
     )?;
     let pre = format!(
-        "Suite `{}`: profiles {:?}, {} repetitions per cell, order shuffled per repetition (seed {}). \
-         PLT in ms (replay: first request to last byte; chromium: loadEventEnd - navigationStart). \
-         The floor is computed (levels x RTT + bytes / rate), not measured.",
-        s.name, s.profiles, s.runs, s.seed
+        "{pre} PLT in ms (replay: first request to last byte; chromium: loadEventEnd - \
+         navigationStart). The floor is computed (levels x RTT + bytes / rate), not measured."
     );
     std::fs::write(
         out.join("summary.md"),
-        results::markdown_summary(&format!("pageload {}", s.name), &pre, rows),
+        results::markdown_summary(title, &pre, rows),
     )?;
+    if !load.is_empty() {
+        std::fs::write(out.join("load.json"), serde_json::to_string_pretty(load)?)?;
+    }
+    for f in plots::draw_all(out, rows, load)? {
+        eprintln!("plot {}", f.display());
+    }
     Ok(())
 }
 

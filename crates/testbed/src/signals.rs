@@ -10,7 +10,7 @@
 //! namespaces are anonymous, so they go once those processes are killed).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 type Cleanup = Box<dyn Fn() + Send>;
@@ -51,6 +51,26 @@ impl Registry {
 
 /// The cleanups of the beds alive in this process.
 static REGISTRY: Registry = Registry::new();
+
+/// Set once a signal arrived: programs check it before starting processes in a bed.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// How long the cleanups wait after [`stopping`] turns true, so that a process whose start
+/// began just before is inside its namespace when the cleanups sweep it.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// True once a signal is tearing the beds down; start no more processes in them then.
+pub fn stopping() -> bool {
+    STOPPING.load(Ordering::SeqCst)
+}
+
+/// Returns at once while no signal arrived; after one, never returns: the signal thread is
+/// tearing the beds down and ends the process, and the caller must not start anything more.
+pub fn hold_if_stopping() {
+    while stopping() {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
 
 /// The signals that tear the beds down.
 pub const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
@@ -96,6 +116,8 @@ pub fn tear_down_on_signals(program: &'static str) -> anyhow::Result<()> {
                 return;
             };
             eprintln!("{program}: signal {sig}, tearing the test bed down");
+            STOPPING.store(true, Ordering::SeqCst);
+            std::thread::sleep(SETTLE);
             let n = run_cleanups();
             eprintln!("{program}: {n} test bed(s) torn down");
             std::process::exit(128 + sig);
