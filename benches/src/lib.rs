@@ -2,9 +2,9 @@
 //! runner, which loads the seeds' page models through longhaul and its peers over emulated long
 //! links and reports medians, p95 and ratios measured side by side in one run.
 //!
-//! The pure parts (workload generation, statistics, the analytic floor, the results schema, the
-//! shuffled schedule) are unit-tested here. The runner itself needs root and the test bed; it is
-//! never run from `cargo test`.
+//! The pure parts (workload generation, statistics, the analytic floor, the split-proxy model,
+//! the results schema, the shuffled schedule) are unit-tested here. The runner itself needs root
+//! and the test bed; it is never run from `cargo test`.
 #![forbid(unsafe_code)]
 
 pub mod bed;
@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod chromium;
 pub mod floor;
 pub mod load;
+pub mod model;
 pub mod origin;
 pub mod plots;
 pub mod replay;

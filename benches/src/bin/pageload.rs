@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use longhaul_benches::bed::{Bed, EmulatedBed, VethBed};
 use longhaul_benches::load;
+use longhaul_benches::model;
 use longhaul_benches::plots;
 use longhaul_benches::replay::{self, ReplayConfig};
 use longhaul_benches::results::{self, Row};
@@ -203,7 +204,14 @@ fn report(dir: &Path) -> Result<()> {
          not have finished: cells not listed were not measured). Settings: {}.",
         settings.join("; ")
     );
-    write_run(dir, "pageload report", &pre, &rows, &load)?;
+    write_run(
+        dir,
+        &default_workloads_dir(),
+        "pageload report",
+        &pre,
+        &rows,
+        &load,
+    )?;
     println!("{}", dir.join("summary.md").display());
     Ok(())
 }
@@ -457,7 +465,7 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     let opener = move |p: &str| open_bed(&bed_kind, p);
     let log = |l: &str| eprintln!("{l}");
     let cx = RunContext {
-        workloads_dir,
+        workloads_dir: workloads_dir.clone(),
         out: out.clone(),
         open_bed: &opener,
         log: &log,
@@ -480,6 +488,7 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     );
     write_run(
         &out,
+        &workloads_dir,
         &format!("pageload {}", s.name),
         &pre,
         &rows,
@@ -488,6 +497,8 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     if name == "demo" {
         print!("{}", results::markdown_table(&rows));
         print!("{}", results::targets_markdown(&rows));
+        let points = model::points(&rows, &workloads_dir, replay::DEFAULT_MAX_PER_HOST);
+        print!("{}", model::markdown(&rows, &points));
     } else {
         println!("{}", out.join("summary.md").display());
     }
@@ -495,9 +506,11 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
 }
 
 /// Writes a run directory's results.json, summary.md (titled `title`, `pre` before the table),
-/// load.json when there are load points, and the plots.
+/// load.json when there are load points, and the plots; the split-proxy model is computed from
+/// the page models in `workloads_dir`.
 fn write_run(
     out: &Path,
+    workloads_dir: &Path,
     title: &str,
     pre: &str,
     rows: &[Row],
@@ -512,10 +525,10 @@ fn write_run(
         "{pre} PLT in ms (replay: first request to last byte; chromium: loadEventEnd - \
          navigationStart). The floor is computed (levels x RTT + bytes / rate), not measured."
     );
-    std::fs::write(
-        out.join("summary.md"),
-        results::markdown_summary(title, &pre, rows),
-    )?;
+    let points = model::points(rows, workloads_dir, replay::DEFAULT_MAX_PER_HOST);
+    let mut summary = results::markdown_summary(title, &pre, rows);
+    summary.push_str(&model::markdown(rows, &points));
+    std::fs::write(out.join("summary.md"), summary)?;
     if !load.is_empty() {
         std::fs::write(out.join("load.json"), serde_json::to_string_pretty(load)?)?;
     }

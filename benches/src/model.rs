@@ -1,0 +1,437 @@
+//! The split-proxy model: the page load time a pair of proxies across the long link could at best
+//! reach with the replay client, computed from the page model and the link profile, never
+//! measured.
+//!
+//! The analytic floor ([`crate::floor`]) assumes unlimited parallelism and warm connections; the
+//! replay client has neither (six connections per host, one request in flight on each, every page
+//! visit starting cold), so a ratio to direct that the floor allows may be out of reach of any
+//! proxy. This model replays the client's own schedule (level by level, document order, at most
+//! `max_per_host` requests in flight per host, an idle connection reused before a new one is
+//! opened) against an ideal split proxy:
+//!
+//! - every request costs one client-to-origin round trip (the long link is already open, its
+//!   window large, and the proxies take no time);
+//! - a request on a new client connection first pays that connection's set-up: over HTTP the TCP
+//!   handshake with the edge (one access round trip) and the far side's new connection to the
+//!   origin (one origin round trip; the runs leave origin connections to expire between visits);
+//!   over HTTPS additionally the `CONNECT` answered at the edge (one access round trip) and the
+//!   TLS 1.3 handshake, which runs end to end between client and origin (one client-to-origin
+//!   round trip);
+//! - a response pays slow start on the two short links: one short round trip per doubling of
+//!   its connection's window that the body needs beyond the first flight, where a new
+//!   connection's window is the initial window and a reused one's has grown by every byte it
+//!   delivered before (slow start without loss; the bed keeps windows across idle periods);
+//! - bodies share the long link's rate equally while they are in transfer.
+//!
+//! It ignores loss, jitter, queueing and processing time, so on a lossless link a measured proxy
+//! can approach it but not beat it by more than the model's rounding; on lossy links it is only
+//! a reference.
+
+use crate::results::Row;
+use crate::workload::Workload;
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Linux's initial congestion window: 10 segments of 1448 bytes.
+pub const INITIAL_WINDOW_BYTES: u64 = 10 * 1448;
+
+/// The link as the model sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SplitLink {
+    /// Client-to-origin round trip in ms (access + long + origin links).
+    pub rtt_ms: f64,
+    /// Client-to-edge round trip in ms.
+    pub access_rtt_ms: f64,
+    /// Remote-to-origin round trip in ms.
+    pub origin_rtt_ms: f64,
+    /// Long link's rate towards the client in bit/s.
+    pub rate_bps: f64,
+    /// Initial congestion window of the short links' senders, in bytes.
+    pub initial_window: u64,
+}
+
+impl SplitLink {
+    /// The model's view of a built-in or parsed test-bed profile; `None` without a rate.
+    pub fn of_profile(p: &testbed::profile::Profile) -> Option<SplitLink> {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        let access = 2.0 * ms(p.access_delay);
+        let origin = 2.0 * ms(p.origin_delay);
+        Some(SplitLink {
+            rtt_ms: ms(p.rtt()) + access + origin,
+            access_rtt_ms: access,
+            origin_rtt_ms: origin,
+            rate_bps: p.down.rate_bps? as f64,
+            initial_window: INITIAL_WINDOW_BYTES,
+        })
+    }
+
+    /// Set-up of a new client connection before its first request can leave, in ms.
+    fn setup_ms(&self, https: bool) -> f64 {
+        let tcp = self.access_rtt_ms + self.origin_rtt_ms;
+        if https {
+            tcp + self.access_rtt_ms + self.rtt_ms
+        } else {
+            tcp
+        }
+    }
+
+    /// Extra short-link round trips slow start costs a body of `bytes` sent with a window of
+    /// `window` bytes.
+    fn slow_start_ms(&self, window: u64, bytes: u64) -> f64 {
+        let w = window.max(1);
+        let mut rounds = 0u32;
+        // After k extra rounds the sender has had w × (2^(k+1) − 1) bytes of window.
+        while rounds < 32 && w.saturating_mul((1u64 << (rounds + 1)) - 1) < bytes {
+            rounds += 1;
+        }
+        f64::from(rounds) * self.access_rtt_ms.max(self.origin_rtt_ms)
+    }
+}
+
+/// The model's page load time in ms for `w` loaded over `scheme` (`http` or `https`) with at most
+/// `max_per_host` connections per host; `None` for a workload without objects or a link without
+/// a rate.
+pub fn split_proxy_ms(
+    w: &Workload,
+    link: &SplitLink,
+    scheme: &str,
+    max_per_host: usize,
+) -> Option<f64> {
+    if w.objects.is_empty()
+        || link.rate_bps.is_nan()
+        || link.rate_bps <= 0.0
+        || !link.rtt_ms.is_finite()
+    {
+        return None;
+    }
+    let https = scheme == "https";
+    let max = max_per_host.max(1);
+    let bytes_per_ms = link.rate_bps / 8.0 / 1000.0;
+    let host_ix = |h: &str| w.hosts.iter().position(|x| x == h).unwrap_or(0);
+    let nh = w.hosts.len().max(1);
+    let mut queues: Vec<VecDeque<usize>> = vec![VecDeque::new(); nh];
+    let mut busy = vec![0usize; nh];
+    // Idle connections per host, as their windows in bytes; the last one returned is reused
+    // first, as the replay client does.
+    let mut idle: Vec<Vec<u64>> = vec![Vec::new(); nh];
+    // The window of the connection each object's request went on.
+    let mut window = vec![0u64; w.objects.len()];
+    // Requests on their way: (time the body starts arriving, object).
+    let mut waiting: Vec<(f64, usize)> = Vec::new();
+    // Bodies in transfer: (object, bytes left).
+    let mut transfer: Vec<(usize, f64)> = Vec::new();
+    let mut now = 0.0f64;
+    let mut last = 0.0f64;
+    queues[host_ix(&w.objects[0].host)].push_back(0);
+
+    let dispatch = |now: f64,
+                    queues: &mut Vec<VecDeque<usize>>,
+                    busy: &mut Vec<usize>,
+                    idle: &mut Vec<Vec<u64>>,
+                    window: &mut Vec<u64>,
+                    waiting: &mut Vec<(f64, usize)>| {
+        for h in 0..nh {
+            while busy[h] < max {
+                let Some(i) = queues[h].pop_front() else {
+                    break;
+                };
+                busy[h] += 1;
+                let mut latency = link.rtt_ms;
+                window[i] = match idle[h].pop() {
+                    Some(win) => win,
+                    None => {
+                        latency += link.setup_ms(https);
+                        link.initial_window
+                    }
+                };
+                latency += link.slow_start_ms(window[i], w.objects[i].size);
+                waiting.push((now + latency, i));
+            }
+        }
+    };
+    dispatch(
+        now,
+        &mut queues,
+        &mut busy,
+        &mut idle,
+        &mut window,
+        &mut waiting,
+    );
+    let mut finished = 0;
+    while finished < w.objects.len() {
+        let next_ready = waiting
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1 .0.total_cmp(&b.1 .0));
+        let sharing = transfer.len() as f64;
+        let next_done = transfer
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
+            .map(|(k, &(_, left))| (k, now + left * sharing / bytes_per_ms));
+        let t_ready = next_ready.map_or(f64::INFINITY, |(_, &(t, _))| t);
+        let t_done = next_done.map_or(f64::INFINITY, |(_, t)| t);
+        let t = t_ready.min(t_done);
+        if !t.is_finite() {
+            // Objects never referenced from the HTML's tree: the workload validator rejects them.
+            return None;
+        }
+        if sharing > 0.0 {
+            let sent = (t - now) * bytes_per_ms / sharing;
+            for x in &mut transfer {
+                x.1 -= sent;
+            }
+        }
+        now = t;
+        if let (Some((k, _)), true) = (next_done, t_done <= t_ready) {
+            let (i, _) = transfer.swap_remove(k);
+            let h = host_ix(&w.objects[i].host);
+            busy[h] -= 1;
+            idle[h].push(window[i].saturating_add(w.objects[i].size));
+            finished += 1;
+            last = now;
+            for c in w.children(i) {
+                queues[host_ix(&w.objects[c].host)].push_back(c);
+            }
+            dispatch(
+                now,
+                &mut queues,
+                &mut busy,
+                &mut idle,
+                &mut window,
+                &mut waiting,
+            );
+        } else if let Some((k, &(_, i))) = next_ready {
+            waiting.swap_remove(k);
+            transfer.push((i, w.objects[i].size as f64));
+        }
+    }
+    Some(last)
+}
+
+/// The model's figure for one (profile, workload, scheme) of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPoint {
+    /// Profile name.
+    pub profile: String,
+    /// Workload id.
+    pub workload: String,
+    /// `http` or `https`.
+    pub scheme: String,
+    /// Modelled page load time in ms.
+    pub ms: f64,
+}
+
+/// The model for every (profile, workload, scheme) the replay client measured in `rows`, with
+/// the page models read from `workloads_dir`; built-in profiles only (a custom or plumbing
+/// profile, and the mixed and bulk loads, have no point).
+pub fn points(rows: &[Row], workloads_dir: &Path, max_per_host: usize) -> Vec<ModelPoint> {
+    let keys: BTreeSet<(&str, &str, &str)> = rows
+        .iter()
+        .filter(|r| r.client == "replay" && r.measured)
+        .map(|r| (r.profile.as_str(), r.workload.as_str(), r.scheme.as_str()))
+        .collect();
+    let mut out = Vec::new();
+    for (profile, workload, scheme) in keys {
+        let Some(link) = testbed::profile::Profile::named(profile)
+            .as_ref()
+            .and_then(SplitLink::of_profile)
+        else {
+            continue;
+        };
+        let Ok(w) = Workload::load(workloads_dir, workload) else {
+            continue;
+        };
+        if w.objects.len() < 2 {
+            continue;
+        }
+        if let Some(ms) = split_proxy_ms(&w, &link, scheme, max_per_host) {
+            out.push(ModelPoint {
+                profile: profile.into(),
+                workload: workload.into(),
+                scheme: scheme.into(),
+                ms,
+            });
+        }
+    }
+    out
+}
+
+/// The summary's section on the model: per page, the model against direct and the best measured
+/// longhaul variant of each carrier against the model (replay client).
+pub fn markdown(rows: &[Row], points: &[ModelPoint]) -> String {
+    if points.is_empty() {
+        return String::new();
+    }
+    let best = |p: &ModelPoint, system: &str| -> Option<f64> {
+        rows.iter()
+            .filter(|r| {
+                r.profile == p.profile
+                    && r.workload == p.workload
+                    && r.scheme == p.scheme
+                    && r.client == "replay"
+                    && r.system == system
+                    && r.measured
+                    && r.params.initcwnd.is_none()
+            })
+            .filter_map(|r| r.plt_ms_median)
+            .min_by(f64::total_cmp)
+    };
+    let x = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+    let mut s = String::from(
+        "\n## Split-proxy model (replay client; computed, not measured)\n\n\
+         What an ideal proxy pair across the long link could reach with this client: its own \
+         schedule (six connections per host, one request in flight on each, cold at every visit), \
+         one client-to-origin round trip per request, new connections paying their set-up \
+         (HTTPS: CONNECT at the edge and TLS 1.3 end to end) and slow start on the short links, \
+         no loss and no processing time (benches/src/model.rs). On a lossless link `model ÷ \
+         direct` is about the lowest ratio any such proxy can show with this client (measured \
+         proxies come within 1 % of it, never further below); with loss the model is only a \
+         reference. The longhaul columns are its best measured variant.\n\n\
+         | profile | workload | scheme | model ms | model ÷ direct | longhaul-tcp ÷ model | longhaul-quic ÷ model |\n\
+         |---|---|---|---:|---:|---:|---:|\n",
+    );
+    for p in points {
+        let ratio = |m: Option<f64>| m.map(|m| m / p.ms);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.0} | {} | {} | {} |",
+            p.profile,
+            p.workload,
+            p.scheme,
+            p.ms,
+            x(best(p, "direct").map(|d| p.ms / d)),
+            x(ratio(best(p, "longhaul-tcp"))),
+            x(ratio(best(p, "longhaul-quic"))),
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{generate_mixed, generate_page, page_specs, Kind, Object};
+
+    fn link() -> SplitLink {
+        SplitLink {
+            rtt_ms: 150.0,
+            access_rtt_ms: 10.0,
+            origin_rtt_ms: 10.0,
+            rate_bps: 100e6,
+            initial_window: INITIAL_WINDOW_BYTES,
+        }
+    }
+
+    fn page(sizes: &[(u64, u32, Option<usize>)]) -> Workload {
+        let mut w = generate_page(&page_specs()[1]);
+        w.hosts = vec!["a.test".into()];
+        w.objects = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &(size, level, parent))| Object {
+                host: "a.test".into(),
+                path: format!("/{i}"),
+                kind: if i == 0 { Kind::Html } else { Kind::Image },
+                size,
+                level,
+                parent,
+            })
+            .collect();
+        w
+    }
+
+    #[test]
+    fn one_small_object_costs_setup_plus_one_round_trip_plus_serialisation() {
+        let w = page(&[(12_500, 0, None)]);
+        // 12 500 B at 100 Mbit/s = 1 ms; fits the initial window: no slow start.
+        let http = split_proxy_ms(&w, &link(), "http", 6).unwrap();
+        assert!((http - (20.0 + 150.0 + 1.0)).abs() < 1e-9, "{http}");
+        // HTTPS: + CONNECT at the edge (10) + TLS 1.3 end to end (150).
+        let https = split_proxy_ms(&w, &link(), "https", 6).unwrap();
+        assert!((https - (http + 160.0)).abs() < 1e-9, "{https}");
+    }
+
+    #[test]
+    fn a_large_first_body_pays_slow_start_on_the_short_links() {
+        // 100 000 B takes three flights: iw × (1 + 2 + 4) = 101 360 B, two extra short round
+        // trips; 101 361 B takes a fourth.
+        let w = page(&[(100_000, 0, None)]);
+        let t = split_proxy_ms(&w, &link(), "http", 6).unwrap();
+        assert!((t - (20.0 + 20.0 + 150.0 + 8.0)).abs() < 1e-9, "{t}");
+        let w = page(&[(101_361, 0, None)]);
+        let t = split_proxy_ms(&w, &link(), "http", 6).unwrap();
+        assert!((t - (20.0 + 30.0 + 150.0 + 8.10888)).abs() < 1e-9, "{t}");
+    }
+
+    #[test]
+    fn a_reused_connection_keeps_the_window_it_grew() {
+        // One connection: a 14 480 B body (the initial window, one flight), then 50 000 B. On the
+        // grown window (28 960 B) the second takes two flights, one extra short round trip; from
+        // the initial window it would take three (14 480 × 3 < 50 000).
+        let w = page(&[(14_480, 0, None), (50_000, 1, Some(0))]);
+        let t = split_proxy_ms(&w, &link(), "http", 1).unwrap();
+        let ser = |b: f64| b / 12_500.0;
+        let expected = 20.0 + 150.0 + ser(14_480.0) + 150.0 + 10.0 + ser(50_000.0);
+        assert!((t - expected).abs() < 1e-6, "{t} vs {expected}");
+        let alone = split_proxy_ms(&page(&[(50_000, 0, None)]), &link(), "http", 1).unwrap();
+        assert!(
+            (alone - (20.0 + 150.0 + 20.0 + ser(50_000.0))).abs() < 1e-6,
+            "{alone}"
+        );
+    }
+
+    #[test]
+    fn connections_are_reused_and_limited_per_host() {
+        // HTML, then 7 children: six go on new connections at once (one of them the HTML's
+        // connection, reused), the seventh waits for the first to finish and reuses it.
+        let mut objs = vec![(1_250, 0, None)];
+        objs.extend((0..7).map(|_| (1_250, 1, Some(0))));
+        let w = page(&objs);
+        let t = split_proxy_ms(&w, &link(), "http", 6).unwrap();
+        // Each body is 0.1 ms alone; concurrent bodies share the rate.
+        let html = 20.0 + 150.0 + 0.1;
+        // Level 1: the reused connection's request is first to arrive (no set-up), so the
+        // seventh request leaves at html + 150 + 0.1 and costs one round trip more.
+        let expected = html + 150.0 + 0.1 + 150.0 + 0.1;
+        assert!((t - expected).abs() < 1e-6, "{t} vs {expected}");
+        // With one connection per host everything is sequential and reused.
+        let t1 = split_proxy_ms(&w, &link(), "http", 1).unwrap();
+        assert!((t1 - (20.0 + 8.0 * 150.1)).abs() < 1e-6, "{t1}");
+    }
+
+    #[test]
+    fn concurrent_bodies_share_the_long_link() {
+        // Two 1.25 MB bodies on two connections arrive together: 200 ms of transfer in all.
+        let w = page(&[
+            (0, 0, None),
+            (1_250_000, 1, Some(0)),
+            (1_250_000, 1, Some(0)),
+        ]);
+        let mut l = link();
+        l.initial_window = u64::MAX / 4;
+        let t = split_proxy_ms(&w, &l, "http", 6).unwrap();
+        // The HTML's connection is reused for the first child, which has the link alone until
+        // the second (20 ms of set-up later) arrives; from then they share it, and the link is
+        // busy without a gap until both are done: 200 ms after the first arrived.
+        let html = 170.0;
+        let expected = html + 150.0 + 200.0;
+        assert!((t - expected).abs() < 1e-6, "{t} vs {expected}");
+    }
+
+    #[test]
+    fn profiles_and_workloads_without_what_the_model_needs() {
+        assert_eq!(split_proxy_ms(&generate_mixed(), &link(), "http", 6), None);
+        let p = testbed::profile::Profile::named("pacific").unwrap();
+        let l = SplitLink::of_profile(&p).unwrap();
+        assert!((l.rtt_ms - (130.0 + l.access_rtt_ms + l.origin_rtt_ms)).abs() < 1e-9);
+        assert_eq!(l.rate_bps, 100e6);
+        let mut none = l;
+        none.rate_bps = 0.0;
+        assert_eq!(
+            split_proxy_ms(&generate_page(&page_specs()[1]), &none, "http", 6),
+            None
+        );
+    }
+}
