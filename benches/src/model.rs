@@ -105,71 +105,25 @@ pub fn split_proxy_ms(
     {
         return None;
     }
-    let https = scheme == "https";
-    let max = max_per_host.max(1);
+    let mut sim = Sim::new(w, link, scheme == "https", max_per_host);
+    let root = sim.host(0);
+    sim.queues[root].push_back(0);
+    sim.dispatch();
     let bytes_per_ms = link.rate_bps / 8.0 / 1000.0;
-    let host_ix = |h: &str| w.hosts.iter().position(|x| x == h).unwrap_or(0);
-    let nh = w.hosts.len().max(1);
-    let mut queues: Vec<VecDeque<usize>> = vec![VecDeque::new(); nh];
-    let mut busy = vec![0usize; nh];
-    // Idle connections per host, as their windows in bytes; the last one returned is reused
-    // first, as the replay client does.
-    let mut idle: Vec<Vec<u64>> = vec![Vec::new(); nh];
-    // The window of the connection each object's request went on.
-    let mut window = vec![0u64; w.objects.len()];
-    // Requests on their way: (time the body starts arriving, object).
-    let mut waiting: Vec<(f64, usize)> = Vec::new();
-    // Bodies in transfer: (object, bytes left).
-    let mut transfer: Vec<(usize, f64)> = Vec::new();
-    let mut now = 0.0f64;
-    let mut last = 0.0f64;
-    queues[host_ix(&w.objects[0].host)].push_back(0);
-
-    let dispatch = |now: f64,
-                    queues: &mut Vec<VecDeque<usize>>,
-                    busy: &mut Vec<usize>,
-                    idle: &mut Vec<Vec<u64>>,
-                    window: &mut Vec<u64>,
-                    waiting: &mut Vec<(f64, usize)>| {
-        for h in 0..nh {
-            while busy[h] < max {
-                let Some(i) = queues[h].pop_front() else {
-                    break;
-                };
-                busy[h] += 1;
-                let mut latency = link.rtt_ms;
-                window[i] = match idle[h].pop() {
-                    Some(win) => win,
-                    None => {
-                        latency += link.setup_ms(https);
-                        link.initial_window
-                    }
-                };
-                latency += link.slow_start_ms(window[i], w.objects[i].size);
-                waiting.push((now + latency, i));
-            }
-        }
-    };
-    dispatch(
-        now,
-        &mut queues,
-        &mut busy,
-        &mut idle,
-        &mut window,
-        &mut waiting,
-    );
     let mut finished = 0;
     while finished < w.objects.len() {
-        let next_ready = waiting
+        let next_ready = sim
+            .waiting
             .iter()
             .enumerate()
             .min_by(|a, b| a.1 .0.total_cmp(&b.1 .0));
-        let sharing = transfer.len() as f64;
-        let next_done = transfer
+        let sharing = sim.transfer.len() as f64;
+        let next_done = sim
+            .transfer
             .iter()
             .enumerate()
             .min_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
-            .map(|(k, &(_, left))| (k, now + left * sharing / bytes_per_ms));
+            .map(|(k, &(_, left))| (k, sim.now + left * sharing / bytes_per_ms));
         let t_ready = next_ready.map_or(f64::INFINITY, |(_, &(t, _))| t);
         let t_done = next_done.map_or(f64::INFINITY, |(_, t)| t);
         let t = t_ready.min(t_done);
@@ -178,36 +132,107 @@ pub fn split_proxy_ms(
             return None;
         }
         if sharing > 0.0 {
-            let sent = (t - now) * bytes_per_ms / sharing;
-            for x in &mut transfer {
+            let sent = (t - sim.now) * bytes_per_ms / sharing;
+            for x in &mut sim.transfer {
                 x.1 -= sent;
             }
         }
-        now = t;
+        sim.now = t;
         if let (Some((k, _)), true) = (next_done, t_done <= t_ready) {
-            let (i, _) = transfer.swap_remove(k);
-            let h = host_ix(&w.objects[i].host);
-            busy[h] -= 1;
-            idle[h].push(window[i].saturating_add(w.objects[i].size));
+            let (i, _) = sim.transfer.swap_remove(k);
+            sim.finish(i);
             finished += 1;
-            last = now;
-            for c in w.children(i) {
-                queues[host_ix(&w.objects[c].host)].push_back(c);
-            }
-            dispatch(
-                now,
-                &mut queues,
-                &mut busy,
-                &mut idle,
-                &mut window,
-                &mut waiting,
-            );
         } else if let Some((k, &(_, i))) = next_ready {
-            waiting.swap_remove(k);
-            transfer.push((i, w.objects[i].size as f64));
+            sim.waiting.swap_remove(k);
+            sim.transfer.push((i, w.objects[i].size as f64));
         }
     }
-    Some(last)
+    Some(sim.now)
+}
+
+/// State of one modelled page load.
+struct Sim<'a> {
+    w: &'a Workload,
+    link: &'a SplitLink,
+    https: bool,
+    max: usize,
+    now: f64,
+    /// Ready objects per host, in the order the client requests them.
+    queues: Vec<VecDeque<usize>>,
+    /// Requests in flight per host.
+    busy: Vec<usize>,
+    /// Idle connections per host, as their windows in bytes; the last one returned is reused
+    /// first, as the replay client does.
+    idle: Vec<Vec<u64>>,
+    /// The window of the connection each object's request went on.
+    window: Vec<u64>,
+    /// Requests on their way: (time the body starts arriving, object).
+    waiting: Vec<(f64, usize)>,
+    /// Bodies in transfer: (object, bytes left).
+    transfer: Vec<(usize, f64)>,
+}
+
+impl<'a> Sim<'a> {
+    fn new(w: &'a Workload, link: &'a SplitLink, https: bool, max_per_host: usize) -> Sim<'a> {
+        let nh = w.hosts.len().max(1);
+        Sim {
+            w,
+            link,
+            https,
+            max: max_per_host.max(1),
+            now: 0.0,
+            queues: vec![VecDeque::new(); nh],
+            busy: vec![0; nh],
+            idle: vec![Vec::new(); nh],
+            window: vec![0; w.objects.len()],
+            waiting: Vec::new(),
+            transfer: Vec::new(),
+        }
+    }
+
+    /// Index of object `i`'s host.
+    fn host(&self, i: usize) -> usize {
+        let h = &self.w.objects[i].host;
+        self.w.hosts.iter().position(|x| x == h).unwrap_or(0)
+    }
+
+    /// Sends every ready request that has a connection, reusing idle ones first.
+    fn dispatch(&mut self) {
+        for h in 0..self.queues.len() {
+            while self.busy[h] < self.max {
+                let Some(i) = self.queues[h].pop_front() else {
+                    break;
+                };
+                self.busy[h] += 1;
+                let mut latency = self.link.rtt_ms;
+                self.window[i] = match self.idle[h].pop() {
+                    Some(win) => win,
+                    None => {
+                        latency += self.link.setup_ms(self.https);
+                        self.link.initial_window
+                    }
+                };
+                latency += self
+                    .link
+                    .slow_start_ms(self.window[i], self.w.objects[i].size);
+                self.waiting.push((self.now + latency, i));
+            }
+        }
+    }
+
+    /// Object `i` has arrived: its connection is idle with a window grown by its body, the
+    /// objects it references become ready.
+    fn finish(&mut self, i: usize) {
+        let h = self.host(i);
+        self.busy[h] -= 1;
+        let grown = self.window[i].saturating_add(self.w.objects[i].size);
+        self.idle[h].push(grown);
+        for c in self.w.children(i) {
+            let hc = self.host(c);
+            self.queues[hc].push_back(c);
+        }
+        self.dispatch();
+    }
 }
 
 /// The model's figure for one (profile, workload, scheme) of a run.
