@@ -67,6 +67,9 @@ pub struct Suite {
     /// Skip the cells that a stopped run of the same settings finished (see
     /// [`crate::checkpoint`]).
     pub resume: bool,
+    /// Initial window (segments) set with `deploy/set-initcwnd` on the proxy hosts' routes to
+    /// each other before the systems start; `None` leaves Linux's default (10).
+    pub peer_initcwnd: Option<u32>,
 }
 
 impl Suite {
@@ -102,7 +105,10 @@ impl Suite {
             self.load_fractions,
             self.load_window.as_millis(),
             self.sweep_workloads,
-        )
+        ) + &self
+            .peer_initcwnd
+            .map(|n| format!(" peer_initcwnd={n}"))
+            .unwrap_or_default()
     }
 
     /// The page-load cells of one profile, as `(workload, client, scheme)`, in run order.
@@ -399,6 +405,56 @@ fn load_workloads(suite: &Suite, cx: &RunContext) -> Result<Vec<Workload>> {
     Ok(all)
 }
 
+/// The project's route script, `deploy/set-initcwnd` (next to the sources, or
+/// `$LONGHAUL_DEPLOY_DIR/set-initcwnd`).
+fn set_initcwnd_script() -> PathBuf {
+    match std::env::var_os("LONGHAUL_DEPLOY_DIR") {
+        Some(d) => PathBuf::from(d).join("set-initcwnd"),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/set-initcwnd"),
+    }
+}
+
+/// Runs `deploy/set-initcwnd` in the edge and remote namespaces, each on its route to the other
+/// side's address on the long link (the address the other side's connections come from), as a
+/// deployment does on the two proxy hosts.
+fn tune_peer_routes(bed: &dyn Bed, segments: u32, log: &dyn Fn(&str)) -> Result<()> {
+    let script = set_initcwnd_script();
+    let remote = bed.addr(Node::Remote);
+    // The edge's source address towards the remote, as the kernel picks it.
+    let out = bed
+        .command(Node::Edge, "ip")
+        .args(["-o", "route", "get", &remote.to_string()])
+        .output()
+        .context("ip route get in the edge namespace")?;
+    let got = String::from_utf8_lossy(&out.stdout);
+    let edge: IpAddr = got
+        .split_whitespace()
+        .skip_while(|t| *t != "src")
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .with_context(|| format!("no source address in `ip route get {remote}`: {got}"))?;
+    for (node, peer) in [(Node::Remote, edge), (Node::Edge, remote)] {
+        let out = bed
+            .command(node, "sh")
+            .arg(&script)
+            .args(["--initcwnd", &segments.to_string(), &peer.to_string()])
+            .output()
+            .with_context(|| format!("running {}", script.display()))?;
+        if !out.status.success() {
+            bail!(
+                "{} {peer} in the {node:?} namespace failed: {}",
+                script.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        log(&format!(
+            "   {node:?}: {}",
+            String::from_utf8_lossy(&out.stdout).trim()
+        ));
+    }
+    Ok(())
+}
+
 fn run_profile(
     suite: &Suite,
     cx: &RunContext,
@@ -414,6 +470,9 @@ fn run_profile(
         bed.add_origin_address(*a)?;
     }
     bed.set_hosts(&site.hosts)?;
+    if let Some(n) = suite.peer_initcwnd {
+        tune_peer_routes(bed, n, &cx.log)?;
+    }
     let _nginx = Nginx(start_nginx(bed, &site)?);
     let tr = Trialer {
         bed,
@@ -763,6 +822,7 @@ mod tests {
             main_variants: vec![SystemSpec::plain("direct"), main],
             sweep_workloads: sweep,
             resume: false,
+            peer_initcwnd: None,
         }
     }
 
@@ -793,5 +853,11 @@ mod tests {
         assert_eq!(a.settings(), b.settings());
         b.runs = 5;
         assert_ne!(a.settings(), b.settings());
+        // Tuned peer routes are a different measurement; untuned runs keep the settings line
+        // that checkpoints written before the option existed carry.
+        let mut c = a.clone();
+        c.peer_initcwnd = Some(32);
+        assert_eq!(c.settings(), format!("{} peer_initcwnd=32", a.settings()));
+        assert!(!a.settings().contains("peer_initcwnd"));
     }
 }

@@ -142,6 +142,11 @@ struct SuiteArgs {
     /// PROFILE/cells.jsonl) are kept, the rest are run. The other arguments must be the same.
     #[arg(long)]
     resume: bool,
+    /// Tune the two proxy hosts as deploy/README.md does: run deploy/set-initcwnd with this
+    /// initial window (segments) on each side's host route to the other before any system
+    /// starts. Every proxy chain crossing the long link gets it; direct does not.
+    #[arg(long)]
+    peer_initcwnd: Option<u32>,
 }
 
 #[derive(Args)]
@@ -403,6 +408,7 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         main_variants,
         sweep_workloads,
         resume: a.resume,
+        peer_initcwnd: a.peer_initcwnd,
     })
 }
 
