@@ -1,7 +1,8 @@
 //! Plumbing check of the `pageload` runner: four namespaces joined by plain veth pairs (no
 //! emulated link), nginx at the origin, Squid in the edge namespace, the replay client over HTTP
-//! and HTTPS. Asserts that every repetition loads, that results.json has the schema and that the
-//! floor is labelled computed. Timings on veth mean nothing and are not asserted.
+//! and HTTPS, with the proxy hosts' routes to each other tuned by `deploy/set-initcwnd`. Asserts
+//! that every repetition loads, that results.json has the schema, that the floor is labelled
+//! computed and that the route script ran on both sides. Timings on veth mean nothing and are not asserted.
 //!
 //! Needs root (network namespaces), nginx and squid; skips loudly otherwise, and fails instead of
 //! skipping when LONGHAUL_REQUIRE_NETNS=1.
@@ -46,12 +47,24 @@ fn quick_slice_runs_end_to_end_on_veth() {
             "2",
             "--gap-ms",
             "0",
+            "--peer-initcwnd",
+            "32",
             "--out",
         ])
         .arg(&out)
-        .status()
+        .output()
         .expect("running pageload");
-    assert!(st.success(), "pageload failed: {st}");
+    let log = String::from_utf8_lossy(&st.stderr);
+    assert!(st.status.success(), "pageload failed: {}\n{log}", st.status);
+    // deploy/set-initcwnd ran on both proxy hosts' routes to each other.
+    for node in ["Remote", "Edge"] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&format!("{node}: + ip -4 route add"))
+                    && l.contains("initcwnd 32")),
+            "no tuned route on {node} in:\n{log}"
+        );
+    }
     let rows: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let rows = rows.as_array().unwrap();
