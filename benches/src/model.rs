@@ -27,9 +27,12 @@
 //! can approach it but not beat it by more than the model's rounding; on lossy links it is only
 //! a reference.
 
-use crate::results::Row;
+use crate::replay::{ObjectTime, PageLoad};
+use crate::results::{Params, Row};
+use crate::stats;
 use crate::workload::Workload;
-use std::collections::{BTreeSet, VecDeque};
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -334,6 +337,75 @@ pub fn markdown(rows: &[Row], points: &[ModelPoint]) -> String {
     s
 }
 
+/// How much longer than the model an object took: its time from request to last byte, less one
+/// client-to-origin round trip, the set-up of a new connection, and its bytes at the long link's
+/// rate (slow start is not subtracted: it is part of the excess).
+pub fn excess_ms(link: &SplitLink, https: bool, o: &ObjectTime) -> f64 {
+    let setup = if o.new_connection {
+        link.setup_ms(https)
+    } else {
+        0.0
+    };
+    let serialise = o.bytes as f64 * 8.0 / link.rate_bps * 1000.0;
+    (o.done_ms - o.request_ms) - (link.rtt_ms + setup + serialise)
+}
+
+/// One line of a profile's `trials.jsonl`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TrialLine {
+    /// Workload id.
+    pub workload: String,
+    /// System id.
+    pub system: String,
+    /// Its parameters.
+    #[serde(default)]
+    pub params: Params,
+    /// `http` or `https`.
+    pub scheme: String,
+    /// The page load with its per-object times.
+    pub load: PageLoad,
+}
+
+/// Per (system, parameters, scheme): the distribution of [`excess_ms`] over every object of every
+/// replay load in `trials` on `link`, as a markdown table; the last column counts the objects
+/// that took more than one long-link round trip longer than the model.
+pub fn excess_markdown(profile: &str, link: &SplitLink, trials: &[TrialLine]) -> String {
+    let long_rtt = link.rtt_ms - link.access_rtt_ms - link.origin_rtt_ms;
+    let mut by: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    for t in trials {
+        let https = t.scheme == "https";
+        let label = format!("{} {}", t.system, t.params.label())
+            .trim()
+            .to_string();
+        let v = by.entry((label, t.scheme.clone())).or_default();
+        v.extend(t.load.objects.iter().map(|o| excess_ms(link, https, o)));
+    }
+    let mut s = format!(
+        "## {profile}: time per object beyond the split-proxy model\n\n\
+         Request to last byte, less one client-to-origin round trip ({:.0} ms), the set-up of a \
+         new connection and the bytes at the long link's rate; slow start on the short links is \
+         left in. Every object of every replay load in `{profile}/trials.jsonl`.\n\n\
+         | system | scheme | objects | p50 ms | p90 ms | p99 ms | max ms | > one long RTT ({long_rtt:.0} ms) |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
+        link.rtt_ms
+    );
+    for ((label, scheme), v) in &by {
+        let p = |q| stats::percentile(v, q).map_or_else(|| "-".into(), |x| format!("{x:.0}"));
+        let over = v.iter().filter(|&&x| x > long_rtt).count();
+        let _ = writeln!(
+            s,
+            "| {label} | {scheme} | {} | {} | {} | {} | {} | {over} ({:.1} %) |",
+            v.len(),
+            p(50.0),
+            p(90.0),
+            p(99.0),
+            p(100.0),
+            100.0 * over as f64 / v.len().max(1) as f64
+        );
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,6 +515,43 @@ mod tests {
         let html = 170.0;
         let expected = html + 150.0 + 200.0;
         assert!((t - expected).abs() < 1e-6, "{t} vs {expected}");
+    }
+
+    #[test]
+    fn excess_is_what_an_object_took_beyond_the_model() {
+        let o = |new_connection, took: f64| ObjectTime {
+            url: "a.test/x".into(),
+            discovered_ms: 0.0,
+            request_ms: 10.0,
+            done_ms: 10.0 + took,
+            bytes: 12_500,
+            new_connection,
+            tls: None,
+        };
+        // 150 ms round trip + 1 ms of bytes; a new connection 20 ms more (HTTP) or 180 (HTTPS).
+        assert!((excess_ms(&link(), false, &o(false, 151.0))).abs() < 1e-9);
+        assert!((excess_ms(&link(), false, &o(true, 171.0))).abs() < 1e-9);
+        assert!((excess_ms(&link(), true, &o(true, 331.0))).abs() < 1e-9);
+        assert!((excess_ms(&link(), false, &o(false, 451.0)) - 300.0).abs() < 1e-9);
+        let line = |took| TrialLine {
+            workload: "google".into(),
+            system: "longhaul-tcp".into(),
+            params: Params {
+                pool_size: Some(10),
+                ..Params::default()
+            },
+            scheme: "http".into(),
+            load: PageLoad {
+                plt_ms: took,
+                connections: 1,
+                objects: vec![o(false, took)],
+            },
+        };
+        let md = excess_markdown("pacific", &link(), &[line(151.0), line(451.0)]);
+        assert!(
+            md.contains("| longhaul-tcp N=10 | http | 2 | 150 | 270 | 297 | 300 | 1 (50.0 %) |"),
+            "{md}"
+        );
     }
 
     #[test]

@@ -60,6 +60,12 @@ enum Cmd {
         /// Run directory.
         dir: PathBuf,
     },
+    /// Per system and scheme, how much longer than the split-proxy model each object of each
+    /// replay load took (from PROFILE/trials.jsonl of a run directory), as markdown on stdout.
+    Excess {
+        /// Run directory.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -184,7 +190,36 @@ fn main() -> Result<()> {
         Cmd::LoadOnce(a) => load_once(a),
         Cmd::Report { dir } => report(&dir),
         Cmd::Plot { dir } => replot(&dir),
+        Cmd::Excess { dir } => excess(&dir),
     }
+}
+
+fn excess(dir: &Path) -> Result<()> {
+    let mut any = false;
+    for name in testbed::profile::Profile::names() {
+        let path = dir.join(name).join("trials.jsonl");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let link = testbed::profile::Profile::named(name)
+            .as_ref()
+            .and_then(model::SplitLink::of_profile)
+            .with_context(|| format!("profile {name} has no rate"))?;
+        let mut trials = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            match serde_json::from_str::<model::TrialLine>(line) {
+                Ok(t) => trials.push(t),
+                // A run stopped mid-write leaves a torn last line.
+                Err(e) => eprintln!("{}:{}: skipped: {e}", path.display(), n + 1),
+            }
+        }
+        print!("{}", model::excess_markdown(name, &link, &trials));
+        any = true;
+    }
+    if !any {
+        bail!("no PROFILE/trials.jsonl under {}", dir.display());
+    }
+    Ok(())
 }
 
 fn report(dir: &Path) -> Result<()> {
