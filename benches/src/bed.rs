@@ -101,7 +101,7 @@ impl Bed for EmulatedBed {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
         LinkInfo {
             profile: p.name.clone(),
-            rtt_ms: ms(p.rtt()) + 2.0 * ms(p.access_delay) + 2.0 * ms(p.origin_delay),
+            rtt_ms: ms(p.path_rtt()),
             long_rtt_ms: ms(p.rtt()),
             rate_bps: p.down.rate_bps.unwrap_or(0) as f64,
         }

@@ -30,7 +30,7 @@
 //! reference.
 
 use crate::replay::{ObjectTime, PageLoad};
-use crate::results::{Params, Row};
+use crate::results::{best_replay, Cell, Params, Row};
 use crate::stats;
 use crate::workload::Workload;
 use serde::Deserialize;
@@ -38,8 +38,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Linux's initial congestion window: 10 segments of 1448 bytes.
-pub const INITIAL_WINDOW_BYTES: u64 = 10 * 1448;
+/// Linux's initial congestion window in bytes: [`crate::runner::LINUX_INITCWND`] full-sized
+/// segments.
+pub const INITIAL_WINDOW_BYTES: u64 =
+    crate::runner::LINUX_INITCWND as u64 * testbed::calibrate::TCP_PAYLOAD;
 
 /// The link as the model sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -60,12 +62,10 @@ impl SplitLink {
     /// The model's view of a built-in or parsed test-bed profile; `None` without a rate.
     pub fn of_profile(p: &testbed::profile::Profile) -> Option<SplitLink> {
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
-        let access = 2.0 * ms(p.access_delay);
-        let origin = 2.0 * ms(p.origin_delay);
         Some(SplitLink {
-            rtt_ms: ms(p.rtt()) + access + origin,
-            access_rtt_ms: access,
-            origin_rtt_ms: origin,
+            rtt_ms: ms(p.path_rtt()),
+            access_rtt_ms: ms(p.access_rtt()),
+            origin_rtt_ms: ms(p.origin_rtt()),
             rate_bps: p.down.rate_bps? as f64,
             initial_window: INITIAL_WINDOW_BYTES,
         })
@@ -295,18 +295,12 @@ pub fn markdown(rows: &[Row], points: &[ModelPoint]) -> String {
         return String::new();
     }
     let best = |p: &ModelPoint, system: &str| -> Option<f64> {
-        rows.iter()
-            .filter(|r| {
-                r.profile == p.profile
-                    && r.workload == p.workload
-                    && r.scheme == p.scheme
-                    && r.client == "replay"
-                    && r.system == system
-                    && r.measured
-                    && r.params.initcwnd.is_none()
-            })
-            .filter_map(|r| r.plt_ms_median)
-            .min_by(f64::total_cmp)
+        let cell = Cell {
+            profile: &p.profile,
+            workload: &p.workload,
+            scheme: &p.scheme,
+        };
+        best_replay(rows, &cell, system, |r| r.plt_ms_median)
     };
     let x = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
     let mut s = String::from(

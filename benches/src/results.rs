@@ -262,23 +262,50 @@ pub struct TargetCheck {
     pub met: Option<bool>,
 }
 
+/// One page cell of the replay client: profile, workload and scheme.
+#[derive(Debug, Clone, Copy)]
+pub struct Cell<'a> {
+    /// Profile name.
+    pub profile: &'a str,
+    /// Workload id.
+    pub workload: &'a str,
+    /// `http` or `https`.
+    pub scheme: &'a str,
+}
+
+/// The best measured variant of `system` in `cell` with the replay client: the lowest value of
+/// `f` over its measured rows, leaving out the initial-window sweep.
+pub fn best_replay(
+    rows: &[Row],
+    cell: &Cell<'_>,
+    system: &str,
+    f: fn(&Row) -> Option<f64>,
+) -> Option<f64> {
+    rows.iter()
+        .filter(|r| {
+            r.profile == cell.profile
+                && r.workload == cell.workload
+                && r.scheme == cell.scheme
+                && r.client == "replay"
+                && r.system == system
+                && r.measured
+                && r.params.initcwnd.is_none()
+        })
+        .filter_map(f)
+        .min_by(f64::total_cmp)
+}
+
 /// longhaul's expectations on `pacific` for the Yahoo page with the replay client: median PLT at
 /// most 0.5 × direct over HTTP and 0.6 × direct over HTTPS, and below the Squid chain and the
 /// HAProxy chain. The longhaul variant judged is the best measured one.
 pub fn targets(rows: &[Row]) -> Vec<TargetCheck> {
     let best = |system: &str, scheme: &str, f: fn(&Row) -> Option<f64>| -> Option<f64> {
-        rows.iter()
-            .filter(|r| {
-                r.profile == "pacific"
-                    && r.workload == "yahoo"
-                    && r.client == "replay"
-                    && r.scheme == scheme
-                    && r.system == system
-                    && r.measured
-                    && r.params.initcwnd.is_none()
-            })
-            .filter_map(f)
-            .min_by(f64::total_cmp)
+        let cell = Cell {
+            profile: "pacific",
+            workload: "yahoo",
+            scheme,
+        };
+        best_replay(rows, &cell, system, f)
     };
     let mut out = Vec::new();
     for (scheme, bound) in [("http", 0.5), ("https", 0.6)] {

@@ -263,6 +263,21 @@ impl Profile {
         self.down.delay + self.up.delay
     }
 
+    /// Round trip of the access link (client to edge and back).
+    pub fn access_rtt(&self) -> Duration {
+        2 * self.access_delay
+    }
+
+    /// Round trip of the origin link (remote to origin and back).
+    pub fn origin_rtt(&self) -> Duration {
+        2 * self.origin_delay
+    }
+
+    /// Round-trip propagation time from client to origin: access, long and origin links.
+    pub fn path_rtt(&self) -> Duration {
+        self.access_rtt() + self.rtt() + self.origin_rtt()
+    }
+
     /// Checks every value; a profile that passes can be brought up.
     pub fn validate(&self) -> anyhow::Result<()> {
         ensure!(
@@ -491,6 +506,15 @@ mod tests {
         assert_eq!(s.down.loss, LossModel::Bernoulli { p: 0.001 });
         assert_eq!(Profile::named("lossy-3").unwrap().up.loss.mean_loss(), 0.03);
         assert!(Profile::named("nope").is_none());
+    }
+
+    #[test]
+    fn path_rtt_adds_the_short_links_to_the_long_one() {
+        let p =
+            Profile::from_toml("rtt_ms = 200\naccess_delay_ms = 2\norigin_delay_ms = 3\n").unwrap();
+        assert_eq!(p.access_rtt(), Duration::from_millis(4));
+        assert_eq!(p.origin_rtt(), Duration::from_millis(6));
+        assert_eq!(p.path_rtt(), Duration::from_millis(210));
     }
 
     #[test]
