@@ -30,7 +30,7 @@
 //! reference.
 
 use crate::replay::{ObjectTime, PageLoad};
-use crate::results::{best_replay, Cell, Params, Row};
+use crate::results::{best_replay, Params, Row};
 use crate::stats;
 use crate::workload::Workload;
 use serde::Deserialize;
@@ -295,12 +295,8 @@ pub fn markdown(rows: &[Row], points: &[ModelPoint]) -> String {
         return String::new();
     }
     let best = |p: &ModelPoint, system: &str| -> Option<f64> {
-        let cell = Cell {
-            profile: &p.profile,
-            workload: &p.workload,
-            scheme: &p.scheme,
-        };
-        best_replay(rows, &cell, system, |r| r.plt_ms_median)
+        let cell = (p.profile.as_str(), p.workload.as_str(), p.scheme.as_str());
+        best_replay(rows, cell, system, |r| r.plt_ms_median)
     };
     let x = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
     let mut s = String::from(

@@ -262,30 +262,20 @@ pub struct TargetCheck {
     pub met: Option<bool>,
 }
 
-/// One page cell of the replay client: profile, workload and scheme.
-#[derive(Debug, Clone, Copy)]
-pub struct Cell<'a> {
-    /// Profile name.
-    pub profile: &'a str,
-    /// Workload id.
-    pub workload: &'a str,
-    /// `http` or `https`.
-    pub scheme: &'a str,
-}
-
-/// The best measured variant of `system` in `cell` with the replay client: the lowest value of
-/// `f` over its measured rows, leaving out the initial-window sweep.
+/// The best measured variant of `system` on one page cell (`profile`, `workload`, `scheme`) with
+/// the replay client: the lowest value of `f` over its measured rows, leaving out the
+/// initial-window sweep.
 pub fn best_replay(
     rows: &[Row],
-    cell: &Cell<'_>,
+    (profile, workload, scheme): (&str, &str, &str),
     system: &str,
     f: fn(&Row) -> Option<f64>,
 ) -> Option<f64> {
     rows.iter()
         .filter(|r| {
-            r.profile == cell.profile
-                && r.workload == cell.workload
-                && r.scheme == cell.scheme
+            r.profile == profile
+                && r.workload == workload
+                && r.scheme == scheme
                 && r.client == "replay"
                 && r.system == system
                 && r.measured
@@ -300,12 +290,7 @@ pub fn best_replay(
 /// HAProxy chain. The longhaul variant judged is the best measured one.
 pub fn targets(rows: &[Row]) -> Vec<TargetCheck> {
     let best = |system: &str, scheme: &str, f: fn(&Row) -> Option<f64>| -> Option<f64> {
-        let cell = Cell {
-            profile: "pacific",
-            workload: "yahoo",
-            scheme,
-        };
-        best_replay(rows, &cell, system, f)
+        best_replay(rows, ("pacific", "yahoo", scheme), system, f)
     };
     let mut out = Vec::new();
     for (scheme, bound) in [("http", 0.5), ("https", 0.6)] {
