@@ -2,9 +2,18 @@
 //!
 //! The page load time is the Navigation Timing API's `loadEventEnd − navigationStart`, written
 //! into the DOM by the page's own script ([`crate::workload::TIMING_SCRIPT`]) and read back from
-//! `--dump-dom`. HTTPS trusts the run's server key through `--ignore-certificate-errors-spki-list`
-//! (Chromium's switch for pinning a test key without touching the system trust store).
+//! `--dump-dom`. A load counts only if every object of the page arrived whole: the script also
+//! lists each sub-resource's body size (Resource Timing), which [`check_objects`] compares with
+//! the workload, because the load event fires even when sub-resources fail (a proxy's 502 page).
+//! HTTPS trusts the run's server key through `--ignore-certificate-errors-spki-list` (Chromium's
+//! switch for pinning a test key without touching the system trust store).
+//!
+//! Chromium's own service traffic (sign-in, component updates, which the flags do not all stop)
+//! bypasses the proxy and fails at once in the client namespace ([`SERVICE_HOSTS`]): the test bed
+//! has no Internet, and through a proxy those requests would only add failing tunnels that, for
+//! example, make a Squid child mark its parent dead.
 
+use crate::workload::{Workload, MAX_BROWSER_SUBRESOURCES};
 use anyhow::{bail, Context, Result};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -15,7 +24,7 @@ use std::time::Duration;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Chromium's fixed flags (no GPU, no QUIC, no background traffic).
-pub const FLAGS: [&str; 8] = [
+pub const FLAGS: [&str; 9] = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -24,7 +33,13 @@ pub const FLAGS: [&str; 8] = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--disable-features=NetworkTimeServiceQuerying",
 ];
+
+/// Host patterns of Chromium's own services that still call home with [`FLAGS`] (Chromium 156:
+/// `accounts.google.com`, `update.googleapis.com`, `clients2.google.com`): they bypass the proxy
+/// and resolve to nothing.
+pub const SERVICE_HOSTS: [&str; 2] = ["*.google.com", "*.googleapis.com"];
 
 /// Arguments of one load of `url`.
 pub fn args(
@@ -40,13 +55,13 @@ pub fn args(
         Some(p) => a.push(format!("--proxy-server=http://{p}")),
         None => a.push("--no-proxy-server".into()),
     }
-    if !resolve.is_empty() {
-        let rules: Vec<String> = resolve
-            .iter()
-            .map(|(h, ip)| format!("MAP {h} {ip}"))
-            .collect();
-        a.push(format!("--host-resolver-rules={}", rules.join(",")));
-    }
+    a.push(format!("--proxy-bypass-list={}", SERVICE_HOSTS.join(";")));
+    let rules: Vec<String> = resolve
+        .iter()
+        .map(|(h, ip)| format!("MAP {h} {ip}"))
+        .chain(SERVICE_HOSTS.iter().map(|h| format!("MAP {h} ~NOTFOUND")))
+        .collect();
+    a.push(format!("--host-resolver-rules={}", rules.join(",")));
     if let Some(s) = spki {
         a.push(format!("--ignore-certificate-errors-spki-list={s}"));
     }
@@ -56,13 +71,23 @@ pub fn args(
     a
 }
 
-/// Extracts the page load time the page's script wrote (`<pre id="longhaul-plt">[123]</pre>`).
+/// What the page's script reported: the load time and each sub-resource's body size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// `loadEventEnd − navigationStart`, ms.
+    pub plt_ms: f64,
+    /// `(URL, body bytes)` per sub-resource fetched, in fetch order.
+    pub resources: Vec<(String, u64)>,
+}
+
+const MARKER: &str = "<title>longhaul-plt[";
+
+/// Extracts the page load time the page's script wrote (`<title>longhaul-plt[123]…</title>`).
 pub fn parse_plt(dom: &str) -> Result<f64> {
-    let marker = "id=\"longhaul-plt\">[";
     let start = dom
-        .find(marker)
+        .find(MARKER)
         .context("page did not report its load time (load event never finished?)")?
-        + marker.len();
+        + MARKER.len();
     let end = dom[start..].find(']').context("truncated load time")? + start;
     let v: f64 = dom[start..end]
         .parse()
@@ -73,11 +98,67 @@ pub fn parse_plt(dom: &str) -> Result<f64> {
     Ok(v)
 }
 
-/// Runs `cmd` (a Chromium invocation prepared by the caller) and returns the page load time.
-pub fn run(mut cmd: Command) -> Result<f64> {
+/// Extracts the load time and the sub-resources (`URL BYTES`, comma separated) that follow it.
+pub fn parse_report(dom: &str) -> Result<Report> {
+    let plt_ms = parse_plt(dom)?;
+    let start = dom.find(MARKER).map(|i| i + MARKER.len()).unwrap_or(0);
+    let body = &dom[start..];
+    let body = &body[body.find(']').map_or(0, |i| i + 1)..];
+    let body = &body[..body
+        .find("</title>")
+        .context("unterminated resource list")?];
+    let mut resources = Vec::new();
+    for line in body.split(',').filter(|l| !l.trim().is_empty()) {
+        let (url, bytes) = line
+            .trim()
+            .rsplit_once(' ')
+            .with_context(|| format!("bad resource line {line:?}"))?;
+        let bytes = bytes
+            .parse()
+            .with_context(|| format!("bad resource size in {line:?}"))?;
+        resources.push((url.replace("&amp;", "&"), bytes));
+    }
+    Ok(Report { plt_ms, resources })
+}
+
+/// Fails unless every sub-resource of `w` (loaded over `scheme`) is in `r` with its exact size.
+/// The error names how many were missing or short, and the first few.
+pub fn check_objects(r: &Report, w: &Workload, scheme: &str) -> Result<()> {
+    let expected = w.objects.len().saturating_sub(1);
+    if expected > MAX_BROWSER_SUBRESOURCES {
+        bail!(
+            "{} has {expected} sub-resources, more than the {MAX_BROWSER_SUBRESOURCES} a page's \
+             Resource Timing buffer holds: the Chromium client cannot account for them all",
+            w.id
+        );
+    }
+    let mut bad = Vec::new();
+    for i in 1..w.objects.len() {
+        let url = w.url(scheme, i);
+        let want = w.objects[i].size;
+        match r.resources.iter().find(|(u, _)| *u == url) {
+            Some((_, got)) if *got == want => {}
+            Some((_, got)) => bad.push(format!("{url} ({got} of {want} bytes)")),
+            None => bad.push(format!("{url} (not fetched)")),
+        }
+    }
+    if !bad.is_empty() {
+        let n = bad.len();
+        bad.truncate(3);
+        bail!(
+            "{n} of {expected} objects missing or incomplete although the load event fired: {}",
+            bad.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Runs `cmd` (a Chromium invocation prepared by the caller) loading `w` over `scheme` and
+/// returns the page load time, or an error if the page did not load whole.
+pub fn run(mut cmd: Command, w: &Workload, scheme: &str) -> Result<f64> {
     let out = cmd.output().context("starting chromium")?;
     let dom = String::from_utf8_lossy(&out.stdout);
-    parse_plt(&dom).with_context(|| {
+    let report = parse_report(&dom).with_context(|| {
         let err = String::from_utf8_lossy(&out.stderr);
         let tail: Vec<&str> = err
             .lines()
@@ -85,7 +166,9 @@ pub fn run(mut cmd: Command) -> Result<f64> {
             .take(3)
             .collect();
         format!("chromium exit {}: {}", out.status, tail.join(" | "))
-    })
+    })?;
+    check_objects(&report, w, scheme)?;
+    Ok(report.plt_ms)
 }
 
 #[cfg(test)]
@@ -94,12 +177,81 @@ mod tests {
 
     #[test]
     fn plt_is_read_from_the_dumped_dom() {
-        let dom = "<html><body><div></div><pre id=\"longhaul-plt\">[1234]</pre></body></html>";
+        let dom = "<html><head><title>longhaul-plt[1234]</title></head><body></body></html>";
         assert_eq!(parse_plt(dom).unwrap(), 1234.0);
         assert!(parse_plt("<html></html>").is_err());
-        assert!(parse_plt("<pre id=\"longhaul-plt\">[0]</pre>").is_err());
+        assert!(parse_plt("<title>longhaul-plt[0]</title>").is_err());
         // The script's own source text does not count.
         assert!(parse_plt(crate::workload::TIMING_SCRIPT).is_err());
+    }
+
+    fn yahoo() -> Workload {
+        crate::workload::generate_all()
+            .into_iter()
+            .find(|w| w.id == "yahoo")
+            .unwrap()
+    }
+
+    /// The DOM a whole load of `w` dumps, with `edit` applied to the resource lines.
+    fn dom(w: &Workload, edit: impl Fn(&mut Vec<(String, u64)>)) -> String {
+        let mut res: Vec<(String, u64)> = (1..w.objects.len())
+            .map(|i| (w.url("http", i), w.objects[i].size))
+            .collect();
+        edit(&mut res);
+        let list: Vec<String> = res.iter().map(|(u, b)| format!(" {u} {b}")).collect();
+        format!(
+            "<head><title>longhaul-plt[1500]{}</title></head>",
+            list.join(",")
+        )
+    }
+
+    #[test]
+    fn a_whole_page_passes_and_a_failed_object_fails_the_load() {
+        let w = yahoo();
+        let r = parse_report(&dom(&w, |_| {})).unwrap();
+        assert_eq!(r.plt_ms, 1500.0);
+        assert_eq!(r.resources.len(), w.objects.len() - 1);
+        check_objects(&r, &w, "http").unwrap();
+        // Loaded over the other scheme: every URL differs.
+        let e = check_objects(&r, &w, "https").unwrap_err().to_string();
+        assert!(e.starts_with("29 of 29 objects"), "{e}");
+        // A proxy's 502 page in place of one object (same URL, another size) and one object
+        // never fetched; favicon-like extras are ignored.
+        let r = parse_report(&dom(&w, |res| {
+            res[3].1 = 3409;
+            res.remove(7);
+            res.push(("http://www.yahoo.test/favicon.ico".into(), 0));
+        }))
+        .unwrap();
+        let e = check_objects(&r, &w, "http").unwrap_err().to_string();
+        assert!(
+            e.starts_with("2 of 29 objects missing or incomplete"),
+            "{e}"
+        );
+        assert!(e.contains(&format!("{} (3409 of", w.url("http", 4))), "{e}");
+        assert!(
+            e.contains(&format!("{} (not fetched)", w.url("http", 8))),
+            "{e}"
+        );
+        // No resource list at all (an older page) is a failure too, not a pass.
+        let r = parse_report("<title>longhaul-plt[900]</title>").unwrap();
+        assert!(check_objects(&r, &w, "http").is_err());
+        assert!(parse_report("<title>longhaul-plt[900] http://a/x nan</title>").is_err());
+    }
+
+    #[test]
+    fn pages_beyond_the_resource_timing_buffer_are_refused() {
+        let mut w = yahoo();
+        let img = w.objects.last().unwrap().clone();
+        while w.objects.len() <= MAX_BROWSER_SUBRESOURCES + 1 {
+            w.objects.push(img.clone());
+        }
+        let r = Report {
+            plt_ms: 1.0,
+            resources: vec![],
+        };
+        let e = check_objects(&r, &w, "http").unwrap_err().to_string();
+        assert!(e.contains("Resource Timing buffer"), "{e}");
     }
 
     #[test]
@@ -120,7 +272,12 @@ mod tests {
             &[("a.test".into(), "10.77.3.10".parse().unwrap())],
             Some("abc="),
         );
-        assert!(a.contains(&"--host-resolver-rules=MAP a.test 10.77.3.10".to_string()));
+        assert!(a.contains(
+            &"--host-resolver-rules=MAP a.test 10.77.3.10,MAP *.google.com ~NOTFOUND,\
+              MAP *.googleapis.com ~NOTFOUND"
+                .to_string()
+        ));
+        assert!(a.contains(&"--proxy-bypass-list=*.google.com;*.googleapis.com".to_string()));
         assert!(a.contains(&"--ignore-certificate-errors-spki-list=abc=".to_string()));
         assert_eq!(a.last().unwrap(), "https://a.test/");
     }

@@ -298,7 +298,7 @@ impl Trialer<'_> {
             .arg("chromium")
             .args(args);
         cmd.env("HOME", &profile).stdin(Stdio::null());
-        let r = chromium::run(cmd);
+        let r = chromium::run(cmd, w, scheme);
         let _ = std::fs::remove_dir_all(&profile);
         r
     }

@@ -366,11 +366,88 @@ pub fn generate_all() -> Vec<Workload> {
     v
 }
 
-/// Timing script every HTML page carries: writes the Navigation Timing page load time into the
-/// DOM once the load event has finished (read by the Chromium client from `--dump-dom`).
-pub const TIMING_SCRIPT: &str = "<script>addEventListener('load',function(){setTimeout(function(){\
-var t=performance.timing,e=document.createElement('pre');e.id='longhaul-plt';\
-e.textContent='['+(t.loadEventEnd-t.navigationStart)+']';document.body.appendChild(e)},0)});</script>";
+/// Timing script every HTML page carries: once the load event has finished, sets the document
+/// title to `longhaul-plt[PLT]` (the Navigation Timing page load time) followed by ` URL BYTES`
+/// for each sub-resource the page fetched (Resource Timing: body bytes received), comma
+/// separated; the Chromium client reads it back from `--dump-dom`. The origin sends
+/// `Timing-Allow-Origin: *`, so body sizes show for the other host names' objects too. The
+/// script is exactly as long as the one the first results were measured with (243 bytes), so
+/// that every page keeps its size.
+pub const TIMING_SCRIPT: &str =
+    "<script>onload=function(){setTimeout(function(){var p=performance,\
+t=p.timing;document.title='longhaul-plt['+(t.loadEventEnd-t.navigationStart)+']'+p.getEntriesByType\
+('resource').map(r=>' '+r.name+' '+r.encodedBodySize).join(',')},0)};</script>";
+
+/// Size of the smallest image [`png`] makes (no padding).
+pub const PNG_MIN_BYTES: u64 = 8 + 25 + 12 + 22 + 12;
+
+/// An image body: a valid PNG, `head`, then `zeros` zero bytes, then `tail`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PngBody {
+    /// Signature, IHDR and the padding chunk's length and type.
+    pub head: Vec<u8>,
+    /// The padding chunk's data: zeros (the origin leaves them as a hole in a sparse file).
+    pub zeros: u64,
+    /// The padding chunk's CRC, IDAT and IEND.
+    pub tail: Vec<u8>,
+}
+
+impl PngBody {
+    /// The whole body.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = self.head.clone();
+        v.resize(v.len() + self.zeros as usize, 0);
+        v.extend_from_slice(&self.tail);
+        v
+    }
+}
+
+/// A PNG chunk: length, type, data, CRC-32 of type and data.
+fn png_chunk(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+    let mut c = Vec::with_capacity(12 + data.len());
+    c.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    c.extend_from_slice(kind);
+    c.extend_from_slice(data);
+    c.extend_from_slice(&crc32fast::hash(&c[4..]).to_be_bytes());
+    c
+}
+
+/// A valid 1×1 grey PNG of exactly `size` bytes (at least [`PNG_MIN_BYTES`]; smaller sizes get
+/// the minimum): the signature, IHDR, a private ancillary chunk `lhPd` of zeros that pads the file
+/// to its size, IDAT and IEND. Browsers skip the padding chunk and decode the pixel after it, so
+/// they fetch the whole body as they would a real image's; Chromium cancels the transfer of a
+/// body that fails to decode as an image at its first bytes.
+pub fn png(size: u64) -> PngBody {
+    const PAD: &[u8; 4] = b"lhPd";
+    let mut head = b"\x89PNG\r\n\x1a\n".to_vec();
+    // 1 × 1, 8-bit greyscale, deflate, adaptive filtering, not interlaced.
+    head.extend(png_chunk(b"IHDR", &[0, 0, 0, 1, 0, 0, 0, 1, 8, 0, 0, 0, 0]));
+    let zeros = size.saturating_sub(PNG_MIN_BYTES);
+    let len = u32::try_from(zeros).expect("an image under 4 GiB");
+    head.extend_from_slice(&len.to_be_bytes());
+    head.extend_from_slice(PAD);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(PAD);
+    let block = [0u8; 8192];
+    let mut left = zeros;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        crc.update(&block[..n]);
+        left -= n as u64;
+    }
+    let mut tail = crc.finalize().to_be_bytes().to_vec();
+    // zlib stream of the one scan line: filter type 0, pixel 0.
+    tail.extend(png_chunk(
+        b"IDAT",
+        &[0x78, 0x9c, 0x63, 0x60, 0x00, 0x00, 0x00, 0x02, 0x00, 0x01],
+    ));
+    tail.extend(png_chunk(b"IEND", &[]));
+    PngBody { head, zeros, tail }
+}
+
+/// Sub-resources a page may have for the Chromium client to account for every one: the Resource
+/// Timing buffer's default size, which the page does not raise.
+pub const MAX_BROWSER_SUBRESOURCES: usize = 250;
 
 impl Workload {
     /// Parses a workload file and checks it.
@@ -547,16 +624,24 @@ impl Workload {
         }
     }
 
-    /// Smallest size object `i` can have and still hold its references.
+    /// Smallest size object `i` can have and still hold its references (or, for an image, be a
+    /// valid PNG).
     pub fn min_size(&self, i: usize) -> u64 {
+        if self.objects[i].kind == Kind::Image {
+            return PNG_MIN_BYTES;
+        }
         let (a, b) = self.skeleton(i);
         (a.len() + b.len()) as u64
     }
 
     /// The exact body served for object `i`: references, then deterministic padding up to the
-    /// object's size. Image and bulk bodies are not rendered here (`origin` writes them sparse).
+    /// object's size; for an image, [`png`] of its size. Bulk bodies are not rendered here
+    /// (`origin` writes them sparse).
     pub fn body(&self, i: usize) -> Vec<u8> {
         let o = &self.objects[i];
+        if o.kind == Kind::Image {
+            return png(o.size).to_vec();
+        }
         let (a, b) = self.skeleton(i);
         let size = o.size as usize;
         let mut out = Vec::with_capacity(size.max(a.len() + b.len()));
@@ -647,6 +732,35 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn images_are_valid_pngs_of_their_exact_size() {
+        for size in [PNG_MIN_BYTES, 100, 758, 143_609] {
+            let b = png(size).to_vec();
+            assert_eq!(b.len() as u64, size);
+            assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n");
+            // Walk the chunks: each CRC-32 covers its type and data; IHDR first, IEND last.
+            let mut at = 8;
+            let mut kinds = Vec::new();
+            while at < b.len() {
+                let len = u32::from_be_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+                let body = &b[at + 4..at + 8 + len];
+                let crc = u32::from_be_bytes(b[at + 8 + len..at + 12 + len].try_into().unwrap());
+                assert_eq!(crc, crc32fast::hash(body), "chunk at {at}");
+                kinds.push(String::from_utf8(body[..4].to_vec()).unwrap());
+                at += 12 + len;
+            }
+            assert_eq!(at, b.len());
+            assert_eq!(kinds, ["IHDR", "lhPd", "IDAT", "IEND"]);
+        }
+        // Too small asks get the smallest valid image; the generator never asks for one.
+        assert_eq!(png(10).to_vec().len() as u64, PNG_MIN_BYTES);
+        for w in generate_all() {
+            for (i, o) in w.objects.iter().enumerate() {
+                assert!(o.size >= w.min_size(i), "{} {}", w.id, o.path);
             }
         }
     }

@@ -1,11 +1,13 @@
 //! Plumbing check of the `pageload` runner: four namespaces joined by plain veth pairs (no
 //! emulated link), nginx at the origin, Squid in the edge namespace, the replay client over HTTP
-//! and HTTPS, with the proxy hosts' routes to each other tuned by `deploy/set-initcwnd`. Asserts
-//! that every repetition loads, that results.json has the schema, that the floor is labelled
-//! computed and that the route script ran on both sides. Timings on veth mean nothing and are not asserted.
+//! and HTTPS and headless Chromium over HTTP (the Yahoo model: two host names), with the proxy
+//! hosts' routes to each other tuned by `deploy/set-initcwnd`. Asserts that every repetition
+//! loads (for Chromium: every object whole, from the page's Resource Timing), that results.json
+//! has the schema, that the floor is labelled computed and that the route script ran on both
+//! sides. Timings on veth mean nothing and are not asserted.
 //!
-//! Needs root (network namespaces), nginx and squid; skips loudly otherwise, and fails instead of
-//! skipping when LONGHAUL_REQUIRE_NETNS=1.
+//! Needs root (network namespaces), nginx, squid and chromium; skips loudly otherwise, and fails
+//! instead of skipping when LONGHAUL_REQUIRE_NETNS=1.
 
 mod common;
 
@@ -22,7 +24,7 @@ fn quick_slice_runs_end_to_end_on_veth() {
     if !common::is_root() {
         return skip("not root (network namespaces need CAP_NET_ADMIN)");
     }
-    for p in ["nginx", "squid", "ip"] {
+    for p in ["nginx", "squid", "ip", "chromium"] {
         if !have(p) {
             return skip(&format!("{p} is not installed (scripts/install-deps)"));
         }
@@ -36,11 +38,11 @@ fn quick_slice_runs_end_to_end_on_veth() {
             "--systems",
             "direct,single-proxy",
             "--workloads",
-            "google",
+            "yahoo",
         ])
         .args([
             "--clients",
-            "replay",
+            "replay,chromium",
             "--schemes",
             "http,https",
             "--runs",
@@ -68,12 +70,16 @@ fn quick_slice_runs_end_to_end_on_veth() {
     let rows: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let rows = rows.as_array().unwrap();
-    for scheme in ["http", "https"] {
+    for (client, scheme) in [
+        ("replay", "http"),
+        ("replay", "https"),
+        ("chromium", "http"),
+    ] {
         for system in ["direct", "single-proxy"] {
             let r = rows
                 .iter()
-                .find(|r| r["system"] == system && r["scheme"] == scheme)
-                .unwrap_or_else(|| panic!("no row for {system} {scheme}"));
+                .find(|r| r["system"] == system && r["scheme"] == scheme && r["client"] == client)
+                .unwrap_or_else(|| panic!("no row for {system} {client} {scheme}"));
             assert_eq!(r["runs"], 2, "{r}");
             assert_eq!(r["failures"], 0, "{r}");
             assert!(r["plt_ms_median"].as_f64().unwrap() > 0.0);
@@ -81,7 +87,7 @@ fn quick_slice_runs_end_to_end_on_veth() {
         }
         let f = rows
             .iter()
-            .find(|r| r["system"] == "floor" && r["scheme"] == scheme)
+            .find(|r| r["system"] == "floor" && r["scheme"] == scheme && r["client"] == client)
             .unwrap();
         assert_eq!(f["measured"], false);
     }
