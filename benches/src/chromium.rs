@@ -122,7 +122,10 @@ pub fn parse_report(dom: &str) -> Result<Report> {
 }
 
 /// Fails unless every sub-resource of `w` (loaded over `scheme`) is in `r` with its exact size.
-/// The error names how many were missing or short, and the first few.
+/// The error names how many were missing or short, and the first few. An object may have more
+/// than one entry: Chromium now and then adds an empty one beside the whole fetch (seen on the
+/// veth bed in about one load in five, for scripts and images alike), so one entry of the right
+/// size suffices.
 pub fn check_objects(r: &Report, w: &Workload, scheme: &str) -> Result<()> {
     let expected = w.objects.len().saturating_sub(1);
     if expected > MAX_BROWSER_SUBRESOURCES {
@@ -136,10 +139,16 @@ pub fn check_objects(r: &Report, w: &Workload, scheme: &str) -> Result<()> {
     for i in 1..w.objects.len() {
         let url = w.url(scheme, i);
         let want = w.objects[i].size;
-        match r.resources.iter().find(|(u, _)| *u == url) {
-            Some((_, got)) if *got == want => {}
-            Some((_, got)) => bad.push(format!("{url} ({got} of {want} bytes)")),
-            None => bad.push(format!("{url} (not fetched)")),
+        let got: Vec<u64> = r
+            .resources
+            .iter()
+            .filter(|(u, _)| *u == url)
+            .map(|(_, b)| *b)
+            .collect();
+        match got.as_slice() {
+            [] => bad.push(format!("{url} (not fetched)")),
+            g if g.contains(&want) => {}
+            g => bad.push(format!("{url} ({g:?} of {want} bytes)")),
         }
     }
     if !bad.is_empty() {
@@ -158,16 +167,17 @@ pub fn check_objects(r: &Report, w: &Workload, scheme: &str) -> Result<()> {
 pub fn run(mut cmd: Command, w: &Workload, scheme: &str) -> Result<f64> {
     let out = cmd.output().context("starting chromium")?;
     let dom = String::from_utf8_lossy(&out.stdout);
-    let report = parse_report(&dom).with_context(|| {
+    let why = || {
         let err = String::from_utf8_lossy(&out.stderr);
         let tail: Vec<&str> = err
             .lines()
-            .filter(|l| l.contains("ERROR") || l.contains("net::"))
-            .take(3)
+            .filter(|l| l.contains("net::") || (l.contains("ERROR") && !l.contains("dbus")))
+            .take(4)
             .collect();
         format!("chromium exit {}: {}", out.status, tail.join(" | "))
-    })?;
-    check_objects(&report, w, scheme)?;
+    };
+    let report = parse_report(&dom).with_context(why)?;
+    check_objects(&report, w, scheme).with_context(why)?;
     Ok(report.plt_ms)
 }
 
@@ -212,6 +222,9 @@ mod tests {
         assert_eq!(r.plt_ms, 1500.0);
         assert_eq!(r.resources.len(), w.objects.len() - 1);
         check_objects(&r, &w, "http").unwrap();
+        // An extra empty entry beside an object's whole fetch does not fail the load.
+        let r2 = parse_report(&dom(&w, |res| res.insert(5, (res[5].0.clone(), 0)))).unwrap();
+        check_objects(&r2, &w, "http").unwrap();
         // Loaded over the other scheme: every URL differs.
         let e = check_objects(&r, &w, "https").unwrap_err().to_string();
         assert!(e.starts_with("29 of 29 objects"), "{e}");
@@ -228,7 +241,10 @@ mod tests {
             e.starts_with("2 of 29 objects missing or incomplete"),
             "{e}"
         );
-        assert!(e.contains(&format!("{} (3409 of", w.url("http", 4))), "{e}");
+        assert!(
+            e.contains(&format!("{} ([3409] of", w.url("http", 4))),
+            "{e}"
+        );
         assert!(
             e.contains(&format!("{} (not fetched)", w.url("http", 8))),
             "{e}"
