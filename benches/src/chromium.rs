@@ -84,6 +84,11 @@ const MARKER: &str = "<title>longhaul-plt[";
 
 /// Extracts the page load time the page's script wrote (`<title>longhaul-plt[123]…</title>`).
 pub fn parse_plt(dom: &str) -> Result<f64> {
+    Ok(split_plt(dom)?.0)
+}
+
+/// The load time and the rest of the document after its closing `]`.
+fn split_plt(dom: &str) -> Result<(f64, &str)> {
     let start = dom
         .find(MARKER)
         .context("page did not report its load time (load event never finished?)")?
@@ -95,16 +100,13 @@ pub fn parse_plt(dom: &str) -> Result<f64> {
     if !(v > 0.0 && v.is_finite()) {
         bail!("load time {v} is not positive");
     }
-    Ok(v)
+    Ok((v, &dom[end + 1..]))
 }
 
 /// Extracts the load time and the sub-resources (`URL BYTES`, comma separated) that follow it.
 pub fn parse_report(dom: &str) -> Result<Report> {
-    let plt_ms = parse_plt(dom)?;
-    let start = dom.find(MARKER).map(|i| i + MARKER.len()).unwrap_or(0);
-    let body = &dom[start..];
-    let body = &body[body.find(']').map_or(0, |i| i + 1)..];
-    let body = &body[..body
+    let (plt_ms, rest) = split_plt(dom)?;
+    let body = &rest[..rest
         .find("</title>")
         .context("unterminated resource list")?];
     let mut resources = Vec::new();
