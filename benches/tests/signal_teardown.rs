@@ -1,6 +1,6 @@
 //! `pageload` stopped by a signal mid-run leaves nothing behind: no process it started (nginx,
-//! the clients) and no test-bed directory or named namespace, on the emulated bed and on the
-//! veth bed.
+//! the clients), no test-bed directory or named namespace and no copy of its binaries, on the
+//! emulated bed and on the veth bed.
 //!
 //! Needs root (network namespaces) and nginx; skips loudly otherwise, and fails instead of
 //! skipping when LONGHAUL_REQUIRE_NETNS=1.
@@ -102,6 +102,12 @@ fn stop_mid_run(bed: &str, profile: &str, signal: &str) {
             assert!(!name.starts_with(&prefix), "{bed}: {name} left in /run");
         }
     }
+    // Nor the copy of the binaries the suite ran from.
+    assert!(
+        !out.join(".build").exists(),
+        "{bed}: {}/.build left behind",
+        out.display()
+    );
     let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let netns = String::from_utf8_lossy(&netns.stdout);
     assert!(

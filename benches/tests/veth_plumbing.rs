@@ -58,6 +58,12 @@ fn quick_slice_runs_end_to_end_on_veth() {
         .expect("running pageload");
     let log = String::from_utf8_lossy(&st.stderr);
     assert!(st.status.success(), "pageload failed: {}\n{log}", st.status);
+    // The suite ran from its own copy of the binaries and removed it at the end.
+    assert!(
+        log.contains("running from a copy of this build in"),
+        "not pinned:\n{log}"
+    );
+    assert!(!out.join(".build").exists(), "the copy was left behind");
     // deploy/set-initcwnd ran on both proxy hosts' routes to each other.
     for node in ["Remote", "Edge"] {
         assert!(

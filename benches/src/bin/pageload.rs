@@ -497,6 +497,7 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let out = std::fs::canonicalize(&a.out)?;
+    let _pinned = pin_build(&out)?;
     let workloads_dir = std::fs::canonicalize(
         a.workloads_dir
             .clone()
@@ -544,6 +545,75 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
         println!("{}", out.join("summary.md").display());
     }
     Ok(())
+}
+
+/// Set in a suite that runs from its own copy of the binaries (see [`pin_build`]).
+const PINNED_ENV: &str = "LONGHAUL_PINNED_BUILD";
+/// Where in the run directory that copy lives while the suite runs.
+const PINNED_DIR: &str = ".build";
+
+/// Pins a suite to the build it started with. A full suite runs for hours, each replay load
+/// re-executes `pageload` by path and each profile starts the proxies anew, so a rebuild of
+/// the target directory mid-run would change (or, once the old file is gone, fail) every later
+/// trial. The first call copies `pageload`, `edge-proxy` and `remote-proxy` into `OUT/.build`
+/// and replaces this process with the copy (it returns only on error); in the copy it returns
+/// a guard that removes the directory when the suite ends or a signal stops it.
+fn pin_build(out: &Path) -> Result<PinnedBuild> {
+    let dir = out.join(PINNED_DIR);
+    if std::env::var_os(PINNED_ENV).is_some() {
+        eprintln!(
+            "pageload: running from a copy of this build in {}",
+            dir.display()
+        );
+        let d = dir.clone();
+        return Ok(PinnedBuild {
+            _on_signal: testbed::signals::on_signal(move || {
+                let _ = std::fs::remove_dir_all(&d);
+            }),
+            dir,
+        });
+    }
+    match std::fs::remove_dir_all(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("removing {}", dir.display()))
+        }
+        _ => {}
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let copy = |from: &Path, name: &str| -> Result<PathBuf> {
+        let to = dir.join(name);
+        std::fs::copy(from, &to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+        Ok(to)
+    };
+    let exe = copy(&std::env::current_exe()?, "pageload")?;
+    for name in ["edge-proxy", "remote-proxy"] {
+        // A suite of peers only needs neither; a missing one fails where it is used.
+        if let Ok(p) = systems::longhaul_bin(name) {
+            copy(&p, name)?;
+        }
+    }
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .env(PINNED_ENV, "1")
+        .env("LONGHAUL_BIN_DIR", &dir)
+        .exec();
+    Err(err).with_context(|| format!("running {}", exe.display()))
+}
+
+/// The pinned copy of the binaries, removed when dropped.
+struct PinnedBuild {
+    dir: PathBuf,
+    _on_signal: testbed::signals::Registration,
+}
+
+impl Drop for PinnedBuild {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            eprintln!("pageload: removing {}: {e}", self.dir.display());
+        }
+    }
 }
 
 /// Writes a run directory's results.json, summary.md (titled `title`, `pre` before the table),
