@@ -100,6 +100,17 @@ pub struct Row {
 }
 
 impl Row {
+    /// Which row this is, for the summary's lists: profile / workload / client / scheme /
+    /// system and its parameters.
+    pub fn cell_label(&self) -> String {
+        let params = self.params.label();
+        let sep = if params.is_empty() { "" } else { " " };
+        format!(
+            "{} / {} / {} / {} / {}{sep}{params}",
+            self.profile, self.workload, self.client, self.scheme, self.system
+        )
+    }
+
     /// A measured row from samples and errors.
     #[allow(clippy::too_many_arguments)]
     pub fn measured(
@@ -462,10 +473,8 @@ pub fn markdown_summary(title: &str, preamble: &str, rows: &[Row]) -> String {
         for r in notes {
             let _ = writeln!(
                 s,
-                "- {} / {} / {}: {}",
-                r.workload,
-                r.system,
-                r.scheme,
+                "- {}: {}",
+                r.cell_label(),
                 r.note.as_deref().unwrap_or("")
             );
         }
@@ -480,15 +489,7 @@ pub fn markdown_summary(title: &str, preamble: &str, rows: &[Row]) -> String {
     if !errs.is_empty() {
         s.push_str("\n## Errors\n\n");
         for r in errs {
-            let _ = writeln!(
-                s,
-                "- {} / {} / {} {}: {}",
-                r.workload,
-                r.system,
-                r.params.label(),
-                r.scheme,
-                r.errors.join("; ")
-            );
+            let _ = writeln!(s, "- {}: {}", r.cell_label(), r.errors.join("; "));
         }
     }
     s
@@ -633,6 +634,22 @@ mod tests {
         assert!(
             md.contains("| pacific | yahoo | replay | http | N=10 bbr least-outstanding | 450 | 360 | 0.80 |"),
             "{md}"
+        );
+    }
+
+    #[test]
+    fn errors_name_their_whole_cell() {
+        let md = markdown_summary("t", "p", &rows());
+        let errors = &md[md.find("## Errors").expect("an Errors section")..];
+        assert!(
+            errors.contains(
+                "- pacific / yahoo / replay / http / longhaul-tcp N=10 bbr least-outstanding: x\n"
+            ),
+            "{errors}"
+        );
+        assert_eq!(
+            rows()[0].cell_label(),
+            "pacific / yahoo / replay / http / direct"
         );
     }
 
