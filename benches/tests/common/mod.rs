@@ -11,6 +11,7 @@ pub fn skip(test: &str, why: &str) {
 }
 
 /// Whether this process runs as root (network namespaces need CAP_NET_ADMIN).
+#[allow(dead_code)] // not every test that shares this module needs it
 pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")

@@ -119,7 +119,9 @@ pub fn tear_down_on_signals(program: &'static str) -> anyhow::Result<()> {
             STOPPING.store(true, Ordering::SeqCst);
             std::thread::sleep(SETTLE);
             let n = run_cleanups();
-            eprintln!("{program}: {n} test bed(s) torn down");
+            eprintln!(
+                "{program}: {n} cleanup(s) run (test beds torn down, temporary files removed)"
+            );
             std::process::exit(128 + sig);
         })?;
     Ok(())
