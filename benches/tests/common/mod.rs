@@ -1,4 +1,4 @@
-//! Shared by the root-only `pageload` tests: the privilege gate and the loud skip.
+//! Shared by the `pageload` integration tests: the privilege gate and the loud skip.
 
 use std::process::Command;
 
