@@ -52,6 +52,11 @@ pub trait Bed {
     fn add_origin_address(&self, ip: IpAddr) -> Result<()>;
     /// Initial congestion and receive window on `node`'s routes, in segments.
     fn set_initcwnd(&self, node: Node, segments: u32) -> Result<()>;
+    /// The emulator's counters for the long link's down direction (remote → edge), where
+    /// replies queue; `None` where no link is emulated.
+    fn long_link_down(&self) -> Option<testbed::model::DirectionStats> {
+        None
+    }
     /// Restores files the bed's commands depend on if something outside removed them;
     /// returns whether anything had to be restored.
     fn heal(&self) -> Result<bool> {
@@ -142,6 +147,9 @@ impl Bed for EmulatedBed {
     }
     fn set_initcwnd(&self, node: Node, segments: u32) -> Result<()> {
         self.topo.set_initcwnd(node.into(), segments)
+    }
+    fn long_link_down(&self) -> Option<testbed::model::DirectionStats> {
+        Some(self.topo.long_link_stats().0.model)
     }
 }
 

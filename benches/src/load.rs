@@ -38,6 +38,44 @@ pub struct LoadPoint {
     pub failures: usize,
     /// Median PLT of the completed loads, ms.
     pub plt_ms_median: Option<f64>,
+    /// The long link's down direction over the point (absent where no link is emulated,
+    /// and in runs made before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_link: Option<LinkPoint>,
+}
+
+/// What the emulated long link's down direction (remote → edge) saw during one load point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LinkPoint {
+    /// Packets offered to the link.
+    pub packets: u64,
+    /// Packets dropped because the drop-tail queue was full.
+    pub queue_drops: u64,
+    /// Packets dropped by the profile's loss model.
+    pub loss_drops: u64,
+    /// Mean time a packet waited in the queue before serialization, ms.
+    pub queue_wait_ms_mean: f64,
+}
+
+impl LinkPoint {
+    /// The difference between two readings of the same direction's counters.
+    pub fn between(
+        before: &testbed::model::DirectionStats,
+        after: &testbed::model::DirectionStats,
+    ) -> LinkPoint {
+        let queued = after.queued.saturating_sub(before.queued);
+        let wait = after.queue_wait_ns.saturating_sub(before.queue_wait_ns);
+        LinkPoint {
+            packets: after.offered.saturating_sub(before.offered),
+            queue_drops: after.dropped_queue.saturating_sub(before.dropped_queue),
+            loss_drops: after.dropped_loss.saturating_sub(before.dropped_loss),
+            queue_wait_ms_mean: if queued == 0 {
+                0.0
+            } else {
+                wait as f64 / queued as f64 / 1e6
+            },
+        }
+    }
 }
 
 /// What one run at one rate measured (before labelling).
@@ -53,6 +91,44 @@ pub struct LoadRun {
     pub failures: usize,
     /// PLTs of the completed loads, ms.
     pub plt_ms: Vec<f64>,
+}
+
+/// The load points as a markdown section (empty without points): one row per point, with
+/// the long link's queue drops and mean queueing delay where they were recorded.
+pub fn markdown(points: &[LoadPoint]) -> String {
+    use std::fmt::Write as _;
+    if points.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\n## Offered load (page loads arriving as a Poisson process)\n\n\
+         Carried = body bytes of the completed loads / time until the last one ended. \
+         Down link: the emulated long link from remote to edge during the point.\n\n\
+         | profile | workload | system | offered Mbit/s | carried Mbit/s | pages | failed | \
+         median PLT ms | down-link queue drops | mean queue wait ms |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for p in points {
+        let (drops, wait) = p.down_link.map_or(("".into(), "".into()), |d| {
+            (
+                format!("{} of {}", d.queue_drops, d.packets),
+                format!("{:.0}", d.queue_wait_ms_mean),
+            )
+        });
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {drops} | {wait} |",
+            p.profile,
+            p.workload,
+            p.system,
+            p.offered_mbit,
+            p.carried_mbit,
+            p.pages,
+            p.failures,
+            p.plt_ms_median.map_or("".into(), |m| format!("{m:.0}")),
+        );
+    }
+    s
 }
 
 /// Arrival times (seconds from 0) of a Poisson process of `rate` per second over `window`
@@ -147,6 +223,58 @@ mod tests {
         // 2000 expected; a Poisson count is within 5 sigma (~224) of it.
         assert!((a.len() as f64 - 2000.0).abs() < 224.0, "{}", a.len());
         assert!(poisson_arrivals(0.0, 10.0, 1).is_empty());
+    }
+
+    #[test]
+    fn a_link_point_is_the_difference_of_two_readings() {
+        let before = testbed::model::DirectionStats {
+            offered: 100,
+            dropped_queue: 1,
+            dropped_loss: 2,
+            queued: 99,
+            queue_wait_ns: 5_000_000,
+            ..Default::default()
+        };
+        let after = testbed::model::DirectionStats {
+            offered: 1100,
+            dropped_queue: 11,
+            dropped_loss: 3,
+            queued: 1089,
+            queue_wait_ns: 5_000_000 + 990 * 40_000_000,
+            ..Default::default()
+        };
+        let p = LinkPoint::between(&before, &after);
+        assert_eq!((p.packets, p.queue_drops, p.loss_drops), (1000, 10, 1));
+        assert!((p.queue_wait_ms_mean - 40.0).abs() < 1e-9, "{p:?}");
+        assert_eq!(LinkPoint::between(&after, &after).queue_wait_ms_mean, 0.0);
+    }
+
+    #[test]
+    fn the_markdown_table_has_a_row_per_point() {
+        assert_eq!(markdown(&[]), "");
+        let pt = LoadPoint {
+            profile: "satellite".into(),
+            system: "direct".into(),
+            workload: "yahoo".into(),
+            offered_mbit: 25.0,
+            carried_mbit: 15.84,
+            pages: 57,
+            failures: 0,
+            plt_ms_median: Some(7308.0),
+            down_link: None,
+        };
+        let linked = LoadPoint {
+            down_link: Some(LinkPoint {
+                packets: 20_000,
+                queue_drops: 12,
+                loss_drops: 20,
+                queue_wait_ms_mean: 212.4,
+            }),
+            ..pt.clone()
+        };
+        let md = markdown(&[pt, linked]);
+        assert!(md.contains("| satellite | yahoo | direct | 25.0 | 15.8 | 57 | 0 | 7308 |  |  |"));
+        assert!(md.contains("| 7308 | 12 of 20000 | 212 |"), "{md}");
     }
 
     #[test]

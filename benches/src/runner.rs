@@ -711,8 +711,12 @@ fn run_profile(
             for (k, f) in suite.load_fractions.iter().enumerate() {
                 let rate = crate::load::rate_for(w, f * link.rate_bps / 1e6);
                 let seed = suite.seed.wrapping_add(k as u64);
+                let before = bed.long_link_down();
                 match tr.load(sys.proxy, wid, rate, suite.load_window, seed) {
                     Ok(r) => {
+                        let down_link = before
+                            .zip(bed.long_link_down())
+                            .map(|(b, a)| crate::load::LinkPoint::between(&b, &a));
                         let pt = LoadPoint {
                             profile: profile.clone(),
                             system: sys.spec.label(),
@@ -722,10 +726,22 @@ fn run_profile(
                             pages: r.pages,
                             failures: r.failures,
                             plt_ms_median: crate::stats::median(&r.plt_ms),
+                            down_link,
                         };
+                        let link_note = down_link.map_or(String::new(), |d| {
+                            format!(
+                                "; down link: {} packets, {} queue drops, {} lost, mean queue wait {:.0} ms",
+                                d.packets, d.queue_drops, d.loss_drops, d.queue_wait_ms_mean
+                            )
+                        });
                         (cx.log)(&format!(
-                            "      {:<40} offered {:>7.1} carried {:>7.1} Mbit/s, {} pages, {} failed",
-                            pt.system, pt.offered_mbit, pt.carried_mbit, pt.pages, pt.failures
+                            "      {:<40} offered {:>7.1} carried {:>7.1} Mbit/s, {} pages, {} failed, median PLT {} ms{link_note}",
+                            pt.system,
+                            pt.offered_mbit,
+                            pt.carried_mbit,
+                            pt.pages,
+                            pt.failures,
+                            pt.plt_ms_median.map_or("-".into(), |m| format!("{m:.0}"))
                         ));
                         load.push(pt);
                     }

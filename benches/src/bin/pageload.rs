@@ -639,6 +639,7 @@ fn write_run(
     let points = model::points(rows, workloads_dir, replay::DEFAULT_MAX_PER_HOST);
     let mut summary = results::markdown_summary(title, &pre, rows);
     summary.push_str(&model::markdown(rows, &points));
+    summary.push_str(&load::markdown(load));
     std::fs::write(out.join("summary.md"), summary)?;
     if !load.is_empty() {
         std::fs::write(out.join("load.json"), serde_json::to_string_pretty(load)?)?;

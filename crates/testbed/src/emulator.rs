@@ -92,6 +92,8 @@ impl EmulatorStats {
         self.model.dropped_queue += o.model.dropped_queue;
         self.model.dropped_loss += o.model.dropped_loss;
         self.model.delivered += o.model.delivered;
+        self.model.queued += o.model.queued;
+        self.model.queue_wait_ns += o.model.queue_wait_ns;
         self.write_errors += o.write_errors;
         for (a, b) in self.late_hist.iter_mut().zip(&o.late_hist) {
             *a += b;

@@ -48,6 +48,12 @@ pub struct DirectionStats {
     pub dropped_loss: u64,
     /// Packets handed out by [`LinkModel::pop_due`].
     pub delivered: u64,
+    /// Packets that passed the queue (serialized; some then lost by the loss model).
+    pub queued: u64,
+    /// Sum over [`queued`](Self::queued) packets of the time each waited in the queue
+    /// before its serialization began, ns: divided by `queued` it is the mean queueing
+    /// delay, and the difference of two readings gives it over an interval.
+    pub queue_wait_ns: u64,
 }
 
 /// One direction of a link. `P` is the packet payload the caller carries along.
@@ -132,13 +138,18 @@ impl<P> LinkModel<P> {
             return Verdict::DroppedQueue;
         }
         let sent_ns = match self.spec.rate_bps {
-            None => now_ns,
+            None => {
+                self.stats.queued += 1;
+                now_ns
+            }
             Some(rate) => {
                 if self.backlog_bytes(now_ns) + len as u64 > self.spec.queue_bytes {
                     self.stats.dropped_queue += 1;
                     return Verdict::DroppedQueue;
                 }
                 let start = self.tx_free_ns.max(now_ns);
+                self.stats.queued += 1;
+                self.stats.queue_wait_ns += start - now_ns;
                 let tx = (len as u128 * 8 * NS_PER_SEC).div_ceil(u128::from(rate)) as u64;
                 self.tx_free_ns = start + tx;
                 self.tx_free_ns
@@ -242,6 +253,27 @@ mod tests {
             Verdict::Scheduled(_)
         ));
         assert_eq!(m.offer(1_200_000, 1500, ()), Verdict::DroppedQueue);
+    }
+
+    #[test]
+    fn queueing_delay_is_summed_over_the_packets_that_passed_the_queue() {
+        // 10 Mbit/s: 1.2 ms per 1500-byte packet. Four at once wait 0, 1.2, 2.4 and 3.6 ms.
+        let mut m = LinkModel::new(spec(10, 0, 15_000), 1);
+        for _ in 0..4 {
+            assert!(matches!(m.offer(0, 1500, ()), Verdict::Scheduled(_)));
+        }
+        assert_eq!(m.stats().queued, 4);
+        assert_eq!(m.stats().queue_wait_ns, 7_200_000);
+        // One arriving after the queue drained waits nothing; a dropped one is not counted.
+        m.offer(10 * MS, 1500, ());
+        for _ in 0..20 {
+            m.offer(10 * MS, 1500, ());
+        }
+        let st = m.stats();
+        assert_eq!(st.queued, 4 + 10);
+        assert_eq!(st.dropped_queue, 11);
+        // 0 + 1.2 + ... + 10.8 ms for the ten accepted at 10 ms.
+        assert_eq!(st.queue_wait_ns, 7_200_000 + 54_000_000);
     }
 
     #[test]
