@@ -38,6 +38,12 @@ pub struct LinkInfo {
     pub rate_bps: f64,
 }
 
+/// The emulator's counters for the long link: (down, up).
+pub type LongLink = (
+    testbed::model::DirectionStats,
+    testbed::model::DirectionStats,
+);
+
 /// A running test bed.
 pub trait Bed {
     /// The link the bed emulates.
@@ -52,9 +58,10 @@ pub trait Bed {
     fn add_origin_address(&self, ip: IpAddr) -> Result<()>;
     /// Initial congestion and receive window on `node`'s routes, in segments.
     fn set_initcwnd(&self, node: Node, segments: u32) -> Result<()>;
-    /// The emulator's counters for the long link's down direction (remote → edge), where
-    /// replies queue; `None` where no link is emulated.
-    fn long_link_down(&self) -> Option<testbed::model::DirectionStats> {
+    /// The emulator's counters for the long link's down (remote → edge, where replies
+    /// queue) and up (edge → remote: requests and acknowledgements) directions; `None`
+    /// where no link is emulated.
+    fn long_link(&self) -> Option<LongLink> {
         None
     }
     /// Restores files the bed's commands depend on if something outside removed them;
@@ -148,8 +155,9 @@ impl Bed for EmulatedBed {
     fn set_initcwnd(&self, node: Node, segments: u32) -> Result<()> {
         self.topo.set_initcwnd(node.into(), segments)
     }
-    fn long_link_down(&self) -> Option<testbed::model::DirectionStats> {
-        Some(self.topo.long_link_stats().0.model)
+    fn long_link(&self) -> Option<LongLink> {
+        let (down, up) = self.topo.long_link_stats();
+        Some((down.model, up.model))
     }
 }
 

@@ -42,9 +42,12 @@ pub struct LoadPoint {
     /// and in runs made before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub down_link: Option<LinkPoint>,
+    /// The long link's up direction (edge → remote: requests and acknowledgements).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up_link: Option<LinkPoint>,
 }
 
-/// What the emulated long link's down direction (remote → edge) saw during one load point.
+/// What one direction of the emulated long link saw during one load point.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LinkPoint {
     /// Packets offered to the link.
@@ -103,21 +106,27 @@ pub fn markdown(points: &[LoadPoint]) -> String {
     let mut s = String::from(
         "\n## Offered load (page loads arriving as a Poisson process)\n\n\
          Carried = body bytes of the completed loads / time until the last one ended. \
-         Down link: the emulated long link from remote to edge during the point.\n\n\
+         Down link: the emulated long link from remote to edge during the point (replies); \
+         up link: from edge to remote (requests and acknowledgements).\n\n\
          | profile | workload | system | offered Mbit/s | carried Mbit/s | pages | failed | \
-         median PLT ms | down-link queue drops | mean queue wait ms |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+         median PLT ms | down-link queue drops | down-link mean queue wait ms | \
+         up-link queue drops | up-link mean queue wait ms |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    for p in points {
-        let (drops, wait) = p.down_link.map_or(("".into(), "".into()), |d| {
+    let cells = |l: Option<LinkPoint>| {
+        l.map_or(("".to_string(), "".to_string()), |d| {
             (
                 format!("{} of {}", d.queue_drops, d.packets),
                 format!("{:.0}", d.queue_wait_ms_mean),
             )
-        });
+        })
+    };
+    for p in points {
+        let (drops, wait) = cells(p.down_link);
+        let (up_drops, up_wait) = cells(p.up_link);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {drops} | {wait} |",
+            "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {drops} | {wait} | {up_drops} | {up_wait} |",
             p.profile,
             p.workload,
             p.system,
@@ -262,6 +271,7 @@ mod tests {
             failures: 0,
             plt_ms_median: Some(7308.0),
             down_link: None,
+            up_link: None,
         };
         let linked = LoadPoint {
             down_link: Some(LinkPoint {
@@ -273,8 +283,10 @@ mod tests {
             ..pt.clone()
         };
         let md = markdown(&[pt, linked]);
-        assert!(md.contains("| satellite | yahoo | direct | 25.0 | 15.8 | 57 | 0 | 7308 |  |  |"));
-        assert!(md.contains("| 7308 | 12 of 20000 | 212 |"), "{md}");
+        assert!(
+            md.contains("| satellite | yahoo | direct | 25.0 | 15.8 | 57 | 0 | 7308 |  |  |  |  |")
+        );
+        assert!(md.contains("| 7308 | 12 of 20000 | 212 |  |  |"), "{md}");
     }
 
     #[test]

@@ -490,10 +490,16 @@ fn run_profile(
     let mut remotes = Vec::new();
     for carrier in systems::CARRIERS {
         for c in systems::CONGESTION {
-            if suite.systems.iter().any(|s| {
-                s.carrier() == Some(carrier) && s.params.congestion.as_deref().unwrap_or("bbr") == c
-            }) {
-                remotes.push(systems::start_longhaul_remote(bed, dir, carrier, c)?);
+            for policy in systems::POLICIES {
+                if suite.systems.iter().any(|s| {
+                    s.carrier() == Some(carrier)
+                        && s.params.congestion.as_deref().unwrap_or("bbr") == c
+                        && s.params.policy.as_deref().unwrap_or(systems::POLICIES[0]) == policy
+                }) {
+                    remotes.push(systems::start_longhaul_remote(
+                        bed, dir, carrier, c, policy,
+                    )?);
+                }
             }
         }
     }
@@ -711,12 +717,16 @@ fn run_profile(
             for (k, f) in suite.load_fractions.iter().enumerate() {
                 let rate = crate::load::rate_for(w, f * link.rate_bps / 1e6);
                 let seed = suite.seed.wrapping_add(k as u64);
-                let before = bed.long_link_down();
+                let before = bed.long_link();
                 match tr.load(sys.proxy, wid, rate, suite.load_window, seed) {
                     Ok(r) => {
-                        let down_link = before
-                            .zip(bed.long_link_down())
-                            .map(|(b, a)| crate::load::LinkPoint::between(&b, &a));
+                        let links = before.zip(bed.long_link()).map(|(b, a)| {
+                            (
+                                crate::load::LinkPoint::between(&b.0, &a.0),
+                                crate::load::LinkPoint::between(&b.1, &a.1),
+                            )
+                        });
+                        let (down_link, up_link) = (links.map(|l| l.0), links.map(|l| l.1));
                         let pt = LoadPoint {
                             profile: profile.clone(),
                             system: sys.spec.label(),
@@ -727,11 +737,14 @@ fn run_profile(
                             failures: r.failures,
                             plt_ms_median: crate::stats::median(&r.plt_ms),
                             down_link,
+                            up_link,
                         };
-                        let link_note = down_link.map_or(String::new(), |d| {
+                        let link_note = links.map_or(String::new(), |(d, u)| {
                             format!(
-                                "; down link: {} packets, {} queue drops, {} lost, mean queue wait {:.0} ms",
-                                d.packets, d.queue_drops, d.loss_drops, d.queue_wait_ms_mean
+                                "; down link: {} packets, {} queue drops, {} lost, mean queue wait {:.0} ms; \
+                                 up: {} packets, {} queue drops, mean queue wait {:.0} ms",
+                                d.packets, d.queue_drops, d.loss_drops, d.queue_wait_ms_mean,
+                                u.packets, u.queue_drops, u.queue_wait_ms_mean
                             )
                         });
                         (cx.log)(&format!(

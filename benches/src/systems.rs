@@ -457,47 +457,60 @@ impl Drop for LonghaulRemote {
     }
 }
 
-/// Congestion controls the remote-proxies are started with; the remote for `CONGESTION[i]`
-/// listens on `PORTS.longhaul_remote + i` (TCP) or `PORTS.longhaul_quic_remote + i` (QUIC,
-/// UDP) (the far side sends most bytes, so each carrier and congestion control gets its own
-/// remote-proxy).
+/// Congestion controls the remote-proxies are started with. The far side sends most bytes
+/// and places the replies, so each carrier, congestion control and placement policy gets its
+/// own remote-proxy: the one for `CONGESTION[i]` and `POLICIES[j]` listens on
+/// `PORTS.longhaul_remote + j × 3 + i` (TCP) or `PORTS.longhaul_quic_remote + j × 3 + i`
+/// (QUIC, UDP).
 pub const CONGESTION: [&str; 3] = ["bbr", "cubic", "reno"];
+
+/// Placement policies, as `--policy` (edge) and `--reply-policy` (remote) name them.
+pub const POLICIES: [&str; 3] = ["least-outstanding", "round-robin", "fewest-streams"];
 
 /// Carriers of the longhaul systems, as `--carrier` names them.
 pub const CARRIERS: [&str; 2] = ["tcp", "quic"];
 
-/// Port of the remote-proxy running `carrier` with `congestion`.
-pub fn longhaul_remote_port(carrier: &str, congestion: &str) -> Result<u16> {
+/// Port of the remote-proxy running `carrier` with `congestion`, placing replies by `policy`.
+pub fn longhaul_remote_port(carrier: &str, congestion: &str, policy: &str) -> Result<u16> {
     let i = CONGESTION
         .iter()
         .position(|c| *c == congestion)
         .with_context(|| {
             format!("unknown congestion control {congestion:?} (one of {CONGESTION:?})")
         })?;
+    let j = POLICIES
+        .iter()
+        .position(|p| *p == policy)
+        .with_context(|| format!("unknown policy {policy:?} (one of {POLICIES:?})"))?;
     let base = match carrier {
         "tcp" => PORTS.longhaul_remote,
         "quic" => PORTS.longhaul_quic_remote,
         other => bail!("unknown carrier {other:?} (one of {CARRIERS:?})"),
     };
-    Ok(base + i as u16)
+    Ok(base + (j * CONGESTION.len() + i) as u16)
 }
 
-/// Starts longhaul's remote-proxy for `carrier` with `congestion` in the remote namespace.
+/// Starts longhaul's remote-proxy for `carrier` with `congestion`, placing replies by
+/// `policy`, in the remote namespace.
 pub fn start_longhaul_remote(
     bed: &dyn Bed,
     dir: &Path,
     carrier: &str,
     congestion: &str,
+    policy: &str,
 ) -> Result<LonghaulRemote> {
-    let name = match carrier {
+    let mut name = match carrier {
         "tcp" => format!("longhaul-remote-{congestion}"),
         _ => format!("longhaul-remote-{carrier}-{congestion}"),
     };
+    if policy != POLICIES[0] {
+        name = format!("{name}-{policy}");
+    }
     let d = own_dir(dir, &name)?;
     let link = bed.link();
     let listen = SocketAddr::new(
         bed.addr(Node::Remote),
-        longhaul_remote_port(carrier, congestion)?,
+        longhaul_remote_port(carrier, congestion, policy)?,
     );
     let bin = longhaul_bin("remote-proxy")?;
     // Same rule as the peers: origin connections do not stay warm from one visit to the next.
@@ -521,6 +534,8 @@ pub fn start_longhaul_remote(
         carrier.into(),
         "--congestion".into(),
         congestion.into(),
+        "--reply-policy".into(),
+        policy.into(),
         "--link-rtt-ms".into(),
         format!("{:.0}", link.long_rtt_ms.max(1.0)),
         "--link-rate-mbit".into(),
@@ -622,6 +637,7 @@ pub fn start(
             let d = own_dir(dir, &format!("longhaul-edge-{k}"))?;
             let link = bed.link();
             let p = &spec.params;
+            let policy = p.policy.as_deref().unwrap_or(POLICIES[0]);
             let args = vec![
                 "--listen".into(),
                 listen.to_string(),
@@ -630,7 +646,11 @@ pub fn start(
                 "--remote".into(),
                 SocketAddr::new(
                     remote,
-                    longhaul_remote_port(carrier, p.congestion.as_deref().unwrap_or("bbr"))?,
+                    longhaul_remote_port(
+                        carrier,
+                        p.congestion.as_deref().unwrap_or("bbr"),
+                        policy,
+                    )?,
                 )
                 .to_string(),
                 "--carrier".into(),
@@ -638,9 +658,7 @@ pub fn start(
                 "--connections".into(),
                 p.pool_size.unwrap_or(10).to_string(),
                 "--policy".into(),
-                p.policy
-                    .clone()
-                    .unwrap_or_else(|| "least-outstanding".into()),
+                policy.into(),
                 "--congestion".into(),
                 p.congestion.clone().unwrap_or_else(|| "bbr".into()),
                 "--link-rtt-ms".into(),
@@ -797,20 +815,30 @@ mod tests {
         );
         assert_eq!(SystemSpec::plain("direct").carrier(), None);
         assert!(crate::results::SYSTEMS.contains(&"longhaul-quic"));
-        // Distinct remote ports for every carrier and congestion control.
+        // Distinct remote ports for every carrier, congestion control and reply policy;
+        // the TCP remotes' range stays below the QUIC remotes'.
         let mut ports = Vec::new();
         for c in CARRIERS {
             for cc in CONGESTION {
-                ports.push(longhaul_remote_port(c, cc).unwrap());
+                for p in POLICIES {
+                    ports.push(longhaul_remote_port(c, cc, p).unwrap());
+                }
             }
         }
-        assert_eq!(longhaul_remote_port("quic", "bbr").unwrap(), 4453);
-        assert_eq!(longhaul_remote_port("tcp", "bbr").unwrap(), 4443);
+        let lo = "least-outstanding";
+        assert_eq!(longhaul_remote_port("quic", "bbr", lo).unwrap(), 4453);
+        assert_eq!(longhaul_remote_port("tcp", "bbr", lo).unwrap(), 4443);
+        assert_eq!(
+            longhaul_remote_port("tcp", "bbr", "round-robin").unwrap(),
+            4446
+        );
+        assert!(longhaul_remote_port("tcp", "reno", "fewest-streams").unwrap() < 4453);
         let n = ports.len();
         ports.sort_unstable();
         ports.dedup();
         assert_eq!(ports.len(), n);
-        assert!(longhaul_remote_port("sctp", "bbr").is_err());
+        assert!(longhaul_remote_port("sctp", "bbr", lo).is_err());
+        assert!(longhaul_remote_port("tcp", "bbr", "random").is_err());
     }
 
     #[test]

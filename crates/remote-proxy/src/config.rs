@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use edge_proxy::config::{CarrierName, LinkConfig, LogFormat, Mode, QuicSection, TlsSection};
+use edge_proxy::config::{
+    CarrierName, LinkConfig, LogFormat, Mode, PolicyName, QuicSection, TlsSection,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::handler::Settings;
@@ -61,6 +63,10 @@ pub struct RemoteConfig {
     /// TCP congestion control of pool connections (`bbr`, `cubic`, `reno`); the replies travel
     /// this way, so this side's choice matters most.
     pub congestion: String,
+    /// How each reply is placed on the edge's pool connections (`least-outstanding`, the
+    /// default; `round-robin` and `fewest-streams` are baselines for comparison). The edge's
+    /// own `pool.policy` places requests only.
+    pub reply_policy: PolicyName,
     /// Log format.
     pub log_format: LogFormat,
     /// Log level filter (`info`, `warn,access=info`, ...); `RUST_LOG` overrides it. SIGHUP
@@ -96,6 +102,7 @@ impl Default for RemoteConfig {
             max_header_bytes: edge_proxy::http1::DEFAULT_MAX_HEADER_BYTES,
             drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
             congestion: edge_proxy::config::DEFAULT_CONGESTION.into(),
+            reply_policy: PolicyName::LeastOutstanding,
             log_format: LogFormat::Text,
             log_level: edge_proxy::logging::DEFAULT_LOG_LEVEL.into(),
             link: LinkConfig::default(),

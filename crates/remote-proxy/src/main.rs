@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use edge_proxy::config::{load_toml, CarrierName, LogFormat, TlsSection};
+use edge_proxy::config::{load_toml, CarrierName, LogFormat, PolicyName, TlsSection};
 use pool::tls::TlsServer;
 use remote_proxy::config::RemoteConfig;
 use remote_proxy::handler::Ctx;
@@ -40,6 +40,9 @@ struct Args {
     /// Transport of the pool connections (quic needs TLS files).
     #[arg(long, value_enum)]
     carrier: Option<CarrierName>,
+    /// How replies are placed on the pool connections (replaces `reply_policy`).
+    #[arg(long, value_enum)]
+    reply_policy: Option<PolicyName>,
     /// Round-trip time of the long link in ms (sizes windows from the BDP).
     #[arg(long)]
     link_rtt_ms: Option<u32>,
@@ -84,6 +87,9 @@ fn load(args: &Args) -> anyhow::Result<RemoteConfig> {
     }
     if let Some(v) = args.carrier {
         cfg.carrier = v;
+    }
+    if let Some(v) = args.reply_policy {
+        cfg.reply_policy = v;
     }
     if let Some(v) = args.link_rtt_ms {
         cfg.link.rtt_ms = v;
@@ -227,6 +233,7 @@ async fn run(
         mode = ?cfg.mode(),
         tls = cfg.tls.is_some(),
         carrier = ?cfg.carrier,
+        reply_policy = ?cfg.reply_policy,
         allow_private_targets = policy.allow_private,
         allowed_targets = ?policy.allowed_targets,
         static_hosts = policy.hosts.len(),

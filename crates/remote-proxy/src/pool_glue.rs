@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use edge_proxy::pool_transport::{mux_config, socket_options};
+use edge_proxy::pool_transport::{mux_config, policy, socket_options};
 use edge_proxy::transport::StreamKind;
 use pool::{ErrorCode, Kind, MuxStream, Server, ServerConfig};
 use tokio::task::JoinSet;
@@ -44,6 +44,7 @@ pub fn server_config(cfg: &RemoteConfig) -> ServerConfig {
     ServerConfig {
         socket: socket_options(&cfg.congestion),
         mux: mux_config(&cfg.link),
+        policy: policy(cfg.reply_policy),
         ..ServerConfig::default()
     }
 }
@@ -101,4 +102,20 @@ pub async fn run_shared(
     };
     tokio::join!(server.shutdown(grace), streams_done);
     tracing::info!("drained");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_placed_by_the_configured_policy() {
+        assert_eq!(
+            server_config(&RemoteConfig::default()).policy,
+            pool::Policy::LeastOutstanding
+        );
+        let cfg: RemoteConfig = toml::from_str("reply_policy = \"round-robin\"").unwrap();
+        assert_eq!(server_config(&cfg).policy, pool::Policy::RoundRobin);
+        assert!(toml::from_str::<RemoteConfig>("reply_policy = \"random\"").is_err());
+    }
 }
