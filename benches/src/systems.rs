@@ -839,6 +839,14 @@ mod tests {
         assert_eq!(ports.len(), n);
         assert!(longhaul_remote_port("sctp", "bbr", lo).is_err());
         assert!(longhaul_remote_port("tcp", "bbr", "random").is_err());
+        // The list names exactly the policies the proxies accept, default first.
+        for p in POLICIES {
+            assert!(p.parse::<mux::Policy>().is_ok(), "{p}");
+        }
+        assert_eq!(
+            POLICIES[0].parse::<mux::Policy>().unwrap(),
+            mux::Policy::default()
+        );
     }
 
     #[test]
