@@ -98,8 +98,13 @@ impl EmulatedBed {
                 testbed::Profile::names()
             )
         })?;
+        EmulatedBed::with_profile(&p)
+    }
+
+    /// Brings up any profile, such as one read from a file (`pageload --profile-file`).
+    pub fn with_profile(p: &testbed::Profile) -> Result<EmulatedBed> {
         let topo =
-            testbed::Topology::up(&p).with_context(|| format!("bringing up profile {profile}"))?;
+            testbed::Topology::up(p).with_context(|| format!("bringing up profile {}", p.name))?;
         Ok(EmulatedBed {
             topo,
             hosts: std::sync::Mutex::new(Vec::new()),

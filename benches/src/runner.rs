@@ -70,6 +70,8 @@ pub struct Suite {
     /// Initial window (segments) set with `deploy/set-initcwnd` on the proxy hosts' routes to
     /// each other before the systems start; `None` leaves Linux's default (10).
     pub peer_initcwnd: Option<u32>,
+    /// Profiles read from files (`pageload --profile-file`), selected in `profiles` by name.
+    pub custom_profiles: Vec<testbed::Profile>,
 }
 
 impl Suite {
@@ -109,6 +111,16 @@ impl Suite {
             .peer_initcwnd
             .map(|n| format!(" peer_initcwnd={n}"))
             .unwrap_or_default()
+    }
+
+    /// The settings a checkpoint of `profile` must match: [`Suite::settings`], and for a profile
+    /// read from a file also its definition, so that a resumed run cannot mix two versions of
+    /// the file.
+    pub fn profile_settings(&self, profile: &str) -> String {
+        match self.custom_profiles.iter().find(|p| p.name == profile) {
+            Some(p) => format!("{} profile={p:?}", self.settings()),
+            None => self.settings(),
+        }
     }
 
     /// The page-load cells of one profile, as `(workload, client, scheme)`, in run order.
@@ -350,7 +362,7 @@ pub fn run_suite(suite: &Suite, cx: &RunContext) -> Result<Outcome> {
     for profile in &suite.profiles {
         let dir = cx.out.join(profile);
         std::fs::create_dir_all(&dir)?;
-        let mut cp = Checkpoint::open(&dir, &suite.settings(), suite.resume)?;
+        let mut cp = Checkpoint::open(&dir, &suite.profile_settings(profile), suite.resume)?;
         let all = load_workloads(suite, cx)?;
         let mut keys: Vec<String> = suite
             .cells(&all)
@@ -852,6 +864,7 @@ mod tests {
             sweep_workloads: sweep,
             resume: false,
             peer_initcwnd: None,
+            custom_profiles: Vec::new(),
         }
     }
 
@@ -888,5 +901,24 @@ mod tests {
         c.peer_initcwnd = Some(32);
         assert_eq!(c.settings(), format!("{} peer_initcwnd=32", a.settings()));
         assert!(!a.settings().contains("peer_initcwnd"));
+    }
+
+    #[test]
+    fn a_profile_from_a_file_is_part_of_its_checkpoint_settings() {
+        let mut s = suite(None);
+        let clean = testbed::Profile::from_toml(
+            "name = \"satellite-clean\"\nbase = \"satellite\"\nloss = \"none\"\n",
+        )
+        .unwrap();
+        s.custom_profiles = vec![clean.clone()];
+        // Built-in profiles keep the suite's settings line.
+        assert_eq!(s.profile_settings("satellite"), s.settings());
+        let one = s.profile_settings("satellite-clean");
+        assert!(one.starts_with(&s.settings()) && one.contains("satellite-clean"));
+        // Editing the file changes what a resumed run must match.
+        let mut edited = clean;
+        edited.seed += 1;
+        s.custom_profiles = vec![edited];
+        assert_ne!(s.profile_settings("satellite-clean"), one);
     }
 }

@@ -94,9 +94,17 @@ struct SuiteArgs {
     /// Run directory (results.json, summary.md, plots).
     #[arg(long, default_value = "pageload-out")]
     out: PathBuf,
-    /// Link profiles (comma-separated).
+    /// Link profiles (comma-separated): built-in names, or names of --profile-file profiles.
     #[arg(long, value_delimiter = ',')]
     profiles: Option<Vec<String>>,
+    /// A link profile of your own, from a TOML file: `name` (required; names the results and
+    /// the run's subdirectory), `base` (the built-in profile it starts from, default pacific)
+    /// and any of `rtt_ms`, `rate_mbit`, `down_rate_mbit`, `up_rate_mbit`, `queue_bytes`,
+    /// `loss`, `jitter_ms`, `access_delay_ms`, `origin_delay_ms`, `congestion_control`,
+    /// `tcp_rmem`, `tcp_wmem`, `slow_start_after_idle`, `seed`. Repeatable. Without
+    /// --profiles the suite runs these profiles only.
+    #[arg(long = "profile-file")]
+    profile_files: Vec<PathBuf>,
     /// Workload ids (comma-separated).
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
@@ -404,9 +412,26 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
     // first one given) with the replay client: seed 001's figure 5b is drawn from one page.
     // The other suites run every variant in every cell.
     let sweep_workloads = full.then(|| vec![runner::sweep_page(&workloads).to_string()]);
+    let custom_profiles = read_profile_files(&a.profile_files)?;
+    let profiles = match (&a.profiles, custom_profiles.is_empty()) {
+        (Some(p), _) => p.clone(),
+        (None, false) => custom_profiles.iter().map(|p| p.name.clone()).collect(),
+        (None, true) => profiles,
+    };
+    for p in &profiles {
+        let known = testbed::Profile::named(p).is_some()
+            || custom_profiles.iter().any(|c| &c.name == p)
+            || (a.bed == "veth" && p == "veth-nodelay");
+        if !known {
+            bail!(
+                "unknown profile {p:?}: give a built-in one ({}) or the name of a --profile-file",
+                testbed::Profile::names().join(", ")
+            );
+        }
+    }
     Ok(Suite {
         name: name.into(),
-        profiles: a.profiles.clone().unwrap_or(profiles),
+        profiles,
         chromium_workloads: if a.workloads.is_some() {
             workloads.clone()
         } else {
@@ -444,12 +469,58 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         sweep_workloads,
         resume: a.resume,
         peer_initcwnd: a.peer_initcwnd,
+        custom_profiles,
     })
 }
 
-fn open_bed(kind: &str, profile: &str) -> Result<Box<dyn Bed>> {
+/// Reads `--profile-file` profiles. Each must be named, with a name that can be a directory
+/// (letters, digits, `-`, `_`, `.`), and differ from the built-in profiles and each other.
+fn read_profile_files(paths: &[PathBuf]) -> Result<Vec<testbed::Profile>> {
+    let mut out: Vec<testbed::Profile> = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading profile file {}", path.display()))?;
+        let spec: testbed::profile::ProfileSpec = toml::from_str(&text)
+            .with_context(|| format!("invalid profile TOML in {}", path.display()))?;
+        let Some(name) = spec.name.as_deref() else {
+            bail!(
+                "profile file {} has no `name`: results and the run's subdirectory are named after it",
+                path.display()
+            );
+        };
+        let valid = !name.is_empty()
+            && !name.starts_with('.')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !valid {
+            bail!(
+                "profile name {name:?} in {} must be letters, digits, '-', '_' or '.' and not start with '.'",
+                path.display()
+            );
+        }
+        if testbed::Profile::named(name).is_some() || name == "veth-nodelay" {
+            bail!(
+                "profile name {name:?} in {} is a built-in profile's; name yours differently",
+                path.display()
+            );
+        }
+        if out.iter().any(|p| p.name == name) {
+            bail!("two profile files are named {name:?}");
+        }
+        let p = testbed::Profile::from_toml(&text)
+            .with_context(|| format!("in profile file {}", path.display()))?;
+        out.push(p);
+    }
+    Ok(out)
+}
+
+fn open_bed(kind: &str, profile: &str, custom: &[testbed::Profile]) -> Result<Box<dyn Bed>> {
     match kind {
-        "testbed" => Ok(Box::new(EmulatedBed::up(profile)?)),
+        "testbed" => match custom.iter().find(|p| p.name == profile) {
+            Some(p) => Ok(Box::new(EmulatedBed::with_profile(p)?)),
+            None => Ok(Box::new(EmulatedBed::up(profile)?)),
+        },
         "veth" => {
             if profile != "veth-nodelay" {
                 bail!("the veth bed has no long link: use --profiles veth-nodelay with --bed veth");
@@ -504,7 +575,8 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
             .unwrap_or_else(default_workloads_dir),
     )?;
     let bed_kind = a.bed.clone();
-    let opener = move |p: &str| open_bed(&bed_kind, p);
+    let custom = s.custom_profiles.clone();
+    let opener = move |p: &str| open_bed(&bed_kind, p, &custom);
     let log = |l: &str| eprintln!("{l}");
     let cx = RunContext {
         workloads_dir: workloads_dir.clone(),
@@ -759,4 +831,77 @@ fn workloads(write: Option<PathBuf>) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, file: &str, text: &str) -> PathBuf {
+        let p = dir.join(file);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn suite_args(args: &[&str]) -> SuiteArgs {
+        let mut argv = vec!["pageload", "quick"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().cmd {
+            Cmd::Quick(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_profile_file_is_read_over_its_base_and_selected_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(
+            dir.path(),
+            "clean.toml",
+            "name = \"satellite-clean\"\nbase = \"satellite\"\nloss = \"none\"\n",
+        );
+        let f = f.to_str().unwrap();
+        // Without --profiles the files' profiles are the suite's only ones.
+        let s = build_suite("quick", &suite_args(&["--profile-file", f])).unwrap();
+        assert_eq!(s.profiles, ["satellite-clean"]);
+        let p = &s.custom_profiles[0];
+        let sat = testbed::Profile::named("satellite").unwrap();
+        assert_eq!(p.down.loss, testbed::LossModel::None);
+        assert_eq!(p.up.loss, testbed::LossModel::None);
+        assert_eq!((p.down.rate_bps, p.rtt()), (sat.down.rate_bps, sat.rtt()));
+        // With --profiles, built-in and file profiles mix in the order given.
+        let a = suite_args(&[
+            "--profile-file",
+            f,
+            "--profiles",
+            "satellite,satellite-clean",
+        ]);
+        assert_eq!(
+            build_suite("quick", &a).unwrap().profiles,
+            ["satellite", "satellite-clean"]
+        );
+    }
+
+    #[test]
+    fn bad_profile_files_and_unknown_profiles_are_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let err =
+            |args: &[&str]| format!("{:#}", build_suite("quick", &suite_args(args)).unwrap_err());
+        let unnamed = write(dir.path(), "a.toml", "rtt_ms = 300\n");
+        assert!(err(&["--profile-file", unnamed.to_str().unwrap()]).contains("has no `name`"));
+        let builtin = write(dir.path(), "b.toml", "name = \"pacific\"\n");
+        assert!(err(&["--profile-file", builtin.to_str().unwrap()]).contains("built-in"));
+        let slash = write(dir.path(), "c.toml", "name = \"../x\"\n");
+        assert!(err(&["--profile-file", slash.to_str().unwrap()]).contains("letters, digits"));
+        let typo = write(dir.path(), "d.toml", "name = \"x\"\nrtt = 300\n");
+        assert!(err(&["--profile-file", typo.to_str().unwrap()]).contains("invalid profile TOML"));
+        let ok = write(dir.path(), "e.toml", "name = \"x\"\n");
+        let ok = ok.to_str().unwrap();
+        assert!(err(&["--profile-file", ok, "--profile-file", ok]).contains("two profile files"));
+        assert!(err(&["--profiles", "pacifc"]).contains("unknown profile \"pacifc\""));
+        let missing = dir.path().join("missing.toml");
+        assert!(
+            err(&["--profile-file", missing.to_str().unwrap()]).contains("reading profile file")
+        );
+    }
 }
