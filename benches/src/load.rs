@@ -97,7 +97,7 @@ pub struct LoadRun {
 }
 
 /// The load points as a markdown section (empty without points): one row per point, with
-/// the long link's queue drops and mean queueing delay where they were recorded.
+/// the long link's queue drops, random losses and mean queueing delay where they were recorded.
 pub fn markdown(points: &[LoadPoint]) -> String {
     use std::fmt::Write as _;
     if points.is_empty() {
@@ -109,24 +109,26 @@ pub fn markdown(points: &[LoadPoint]) -> String {
          Down link: the emulated long link from remote to edge during the point (replies); \
          up link: from edge to remote (requests and acknowledgements).\n\n\
          | profile | workload | system | offered Mbit/s | carried Mbit/s | pages | failed | \
-         median PLT ms | down-link queue drops | down-link mean queue wait ms | \
-         up-link queue drops | up-link mean queue wait ms |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         median PLT ms | down-link queue drops | down-link random losses | \
+         down-link mean queue wait ms | up-link queue drops | up-link random losses | \
+         up-link mean queue wait ms |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let cells = |l: Option<LinkPoint>| {
-        l.map_or(("".to_string(), "".to_string()), |d| {
+        l.map_or((String::new(), String::new(), String::new()), |d| {
             (
                 format!("{} of {}", d.queue_drops, d.packets),
+                d.loss_drops.to_string(),
                 format!("{:.0}", d.queue_wait_ms_mean),
             )
         })
     };
     for p in points {
-        let (drops, wait) = cells(p.down_link);
-        let (up_drops, up_wait) = cells(p.up_link);
+        let (drops, lost, wait) = cells(p.down_link);
+        let (up_drops, up_lost, up_wait) = cells(p.up_link);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {drops} | {wait} | {up_drops} | {up_wait} |",
+            "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} |",
             p.profile,
             p.workload,
             p.system,
@@ -283,10 +285,13 @@ mod tests {
             ..pt.clone()
         };
         let md = markdown(&[pt, linked]);
+        assert!(md.contains(
+            "| satellite | yahoo | direct | 25.0 | 15.8 | 57 | 0 | 7308 |  |  |  |  |  |  |"
+        ));
         assert!(
-            md.contains("| satellite | yahoo | direct | 25.0 | 15.8 | 57 | 0 | 7308 |  |  |  |  |")
+            md.contains("| 7308 | 12 of 20000 | 20 | 212 |  |  |  |"),
+            "{md}"
         );
-        assert!(md.contains("| 7308 | 12 of 20000 | 212 |  |  |"), "{md}");
     }
 
     #[test]
