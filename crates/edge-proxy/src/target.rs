@@ -72,14 +72,17 @@ pub fn parse_authority(s: &str, default_port: Option<u16>) -> Result<Authority, 
         };
         (ip.to_string(), port)
     } else {
-        match s.rsplit_once(':') {
+        let (host, port) = match s.rsplit_once(':') {
             Some((h, p)) => (h.to_ascii_lowercase(), Some(p)),
             None => (s.to_ascii_lowercase(), None),
+        };
+        // Only a bracketed IPv6 literal may hold a colon; anything else is a name or an
+        // IPv4 literal and must pass the host-name check.
+        if !valid_host(&host) {
+            return Err(format!("invalid host {host:?}"));
         }
+        (host, port)
     };
-    if !host.contains(':') && !valid_host(&host) {
-        return Err(format!("invalid host {host:?}"));
-    }
     let port = match port {
         Some(p) => p
             .parse::<u16>()
@@ -158,5 +161,22 @@ mod tests {
             "2001:db8::1"
         );
         assert!(parse_authority("bad host:1", None).is_err());
+    }
+
+    #[test]
+    fn a_colon_outside_brackets_is_refused_as_a_host() {
+        for bad in ["a:b:443", "x:y:80", "::1", "2001:db8::1:443", ":443"] {
+            let err = parse_authority(bad, Some(80)).unwrap_err();
+            assert!(err.contains("invalid host"), "{bad}: {err}");
+        }
+        let long = format!("http://{}:x:80/", "a".repeat(300));
+        assert!(parse_absolute(&long).unwrap_err().contains("invalid host"));
+        assert!(parse_authority(&format!("{}:80", "a".repeat(254)), None).is_err());
+        assert_eq!(
+            parse_authority(&format!("{}:80", "a".repeat(253)), None)
+                .unwrap()
+                .port,
+            80
+        );
     }
 }
