@@ -349,26 +349,40 @@ async fn read_requests<'a, T: Transport>(
     // never sends anything would otherwise hold a slot for the whole idle timeout); between
     // requests of a keep-alive connection the idle timeout applies.
     let mut wait = s.header_timeout.min(s.idle_timeout);
+    // When the current idle period ends; empty lines do not extend it.
+    let mut idle_until: Option<tokio::time::Instant> = None;
     loop {
+        // Empty lines before a request line are ignored (RFC 9112 §2.2; some clients send an
+        // extra CRLF after a body). They do not start a request, so the connection stays idle
+        // under the idle timeout instead of starting the header timeout.
+        let blank = buf
+            .iter()
+            .take_while(|&&b| b == b'\r' || b == b'\n')
+            .count();
+        if blank > 0 {
+            let _ = buf.split_to(blank);
+        }
         if *draining.borrow() && buf.is_empty() {
             return Ok(());
         }
         if buf.is_empty() {
             // Between requests: the idle timeout runs until the next request's first byte.
-            let waited = std::mem::replace(&mut wait, s.idle_timeout);
+            let until = *idle_until.get_or_insert_with(|| tokio::time::Instant::now() + wait);
             let first = tokio::select! {
-                r = tokio::time::timeout(waited, rd.read_buf(&mut buf)) => r,
+                r = tokio::time::timeout_at(until, rd.read_buf(&mut buf)) => r,
                 _ = draining.changed() => return Ok(()),
             };
             match first {
                 Err(_) => {
-                    tracing::debug!(%peer, wait_ms = waited.as_millis() as u64, "idle client connection closed");
+                    tracing::debug!(%peer, wait_ms = wait.as_millis() as u64, "idle client connection closed");
                     return Ok(());
                 }
                 Ok(Ok(0)) | Ok(Err(_)) => return Err(()),
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => continue,
             }
         }
+        idle_until = None;
+        wait = s.idle_timeout;
         let started = Instant::now();
         let head = tokio::time::timeout(
             s.header_timeout,

@@ -2,7 +2,8 @@
 //! to 127.0.0.1, literal private addresses), several remotes (streams spread over both, one
 //! killed: requests keep succeeding; restarted: the edge reconnects and uses it again), slow
 //! clients (header-read timeout, 1000 of them beside a normal client; a silent new connection
-//! closed after the header timeout), connections over `max_client_connections` answered 503,
+//! closed after the header timeout; empty lines between requests leave a connection idle, not
+//! timed out as a slow head), connections over `max_client_connections` answered 503,
 //! and memory bounded while 100 clients never read their replies.
 
 mod common;
@@ -409,6 +410,48 @@ fn a_new_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
         waited >= Duration::from_millis(900) && waited < Duration::from_secs(10),
         "closed after {waited:?}"
     );
+}
+
+#[test]
+fn empty_lines_between_requests_leave_the_connection_idle_without_a_408() {
+    let _serial = serial();
+    let origin = small_origin();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("edge.toml");
+    std::fs::write(
+        &cfg,
+        "header_timeout_ms = 1000\nclient_idle_timeout_ms = 3000\n",
+    )
+    .unwrap();
+    let pair = start_pair("", &["--config", cfg.to_str().unwrap()]);
+    let mut s = TcpStream::connect(pair.edge_addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let started = Instant::now();
+    // An extra CRLF after the request, then one more every 400 ms: empty lines neither start
+    // the header timeout (no 408 after 1 s) nor extend the idle period (closed after ~3 s).
+    s.write_all(format!("GET http://{origin}/ HTTP/1.1\r\nHost: {origin}\r\n\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut w = s.try_clone().unwrap();
+    let trickle = std::thread::spawn(move || {
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(400));
+            if w.write_all(b"\r\n").is_err() {
+                break;
+            }
+        }
+    });
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let waited = started.elapsed();
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert_eq!(count(&text, "HTTP/1.1 "), 1, "one reply only: {text}");
+    assert!(text.ends_with("ok"), "{text}");
+    assert!(
+        waited >= Duration::from_millis(2500) && waited < Duration::from_millis(6000),
+        "closed after {waited:?}"
+    );
+    trickle.join().unwrap();
 }
 
 fn rss_kib(pid: u32) -> u64 {
