@@ -16,7 +16,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -56,6 +56,10 @@ pub struct Settings {
     /// Longest time from the first byte of a request head to its end; a slower client
     /// (slowloris) gets `408` and the connection closes.
     pub header_timeout: Duration,
+    /// Longest time data sent to a client may stay unacknowledged or wait behind a closed
+    /// receive window (`TCP_USER_TIMEOUT`); keepalive probes find a client that vanished while
+    /// its connection was quiet.
+    pub send_timeout: Duration,
     /// How CONNECT is answered.
     pub connect_reply: ConnectReply,
     /// Ports CONNECT may reach; empty means any.
@@ -105,6 +109,9 @@ pub async fn serve<T: Transport>(
     entry: Entry,
 ) {
     let _ = sock.set_nodelay(true);
+    if let Err(e) = set_client_timeouts(&sock, ctx.settings.send_timeout) {
+        tracing::debug!(%peer, error = %e, "client socket timeouts not set");
+    }
     if !ctx
         .settings
         .allowed_clients
@@ -143,15 +150,20 @@ pub async fn serve<T: Transport>(
     let linger = {
         let (rd, wr) = sock.split();
         let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
-        let reader = read_requests(&ctx, rd, tx, peer, entry);
+        let cause = Arc::new(OnceLock::new());
+        let reader = read_requests(&ctx, rd, tx, peer, entry, &cause);
         let writer = write_replies(&ctx, wr, rx, peer);
         tokio::pin!(reader, writer);
         tokio::select! {
             r = &mut reader => match r {
                 // Requests are all read: finish the queued replies.
                 Ok(()) => writer.await == End::Closed,
-                // On a client read failure, dropping the writer drops every stream (reset).
-                Err(()) => false,
+                // On a client read failure, dropping the writer drops every stream (reset),
+                // and each request still in flight is logged with the cause.
+                Err(why) => {
+                    let _ = cause.set(why);
+                    false
+                }
             },
             end = &mut writer => end == End::Closed,
         }
@@ -230,6 +242,47 @@ struct ReplyJob<S> {
     /// Request body bytes uploaded so far (set by the reader, logged by the writer).
     uploaded: Arc<AtomicU64>,
     started: Instant,
+    /// Logs the request if the job is dropped before its outcome was logged.
+    unlogged: Unlogged,
+}
+
+/// Writes the access-log line of a request whose reply was abandoned because the client
+/// connection broke or closed (the writer, and the jobs queued for it, are dropped then), unless
+/// disarmed by the writer, which logs every outcome it sees itself.
+struct Unlogged {
+    armed: bool,
+    peer: SocketAddr,
+    method: String,
+    log_target: String,
+    uploaded: Arc<AtomicU64>,
+    started: Instant,
+    /// Why the client connection ended, set by [`serve`] before the writer is dropped.
+    cause: Arc<OnceLock<String>>,
+}
+
+impl Drop for Unlogged {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let detail = self
+            .cause
+            .get()
+            .map(String::as_str)
+            .unwrap_or("the client connection ended before the reply");
+        log_access(&Access {
+            client: self.peer,
+            method: &self.method,
+            target: &self.log_target,
+            status: 0,
+            bytes_up: self.uploaded.load(Ordering::Relaxed),
+            bytes_down: 0,
+            duration: self.started.elapsed(),
+            ttfb: None,
+            outcome: "client-aborted",
+            detail,
+        });
+    }
 }
 
 /// A request prepared for forwarding.
@@ -341,7 +394,8 @@ async fn read_requests<'a, T: Transport>(
     tx: mpsc::Sender<Pending<'a, T::Stream>>,
     peer: SocketAddr,
     entry: Entry,
-) -> Result<(), ()> {
+    cause: &Arc<OnceLock<String>>,
+) -> Result<(), String> {
     let s = &ctx.settings;
     let mut buf = BytesMut::with_capacity(8192);
     let mut draining = ctx.draining.clone();
@@ -377,7 +431,8 @@ async fn read_requests<'a, T: Transport>(
                     tracing::debug!(%peer, wait_ms = wait.as_millis() as u64, "idle client connection closed");
                     return Ok(());
                 }
-                Ok(Ok(0)) | Ok(Err(_)) => return Err(()),
+                Ok(Ok(0)) => return Err("the client closed the connection".into()),
+                Ok(Err(e)) => return Err(format!("client read failed: {e}")),
                 Ok(Ok(_)) => continue,
             }
         }
@@ -410,8 +465,8 @@ async fn read_requests<'a, T: Transport>(
             Ok(Ok(Some(h))) => h,
             // The client closed its side: like Squid (half_closed_clients off) and nginx, that
             // aborts what is still in flight, so far-side work for a departed client stops.
-            Ok(Ok(None)) => return Err(()),
-            Ok(Err(HeadError::Io(_))) => return Err(()),
+            Ok(Ok(None)) => return Err("the client closed the connection".into()),
+            Ok(Err(HeadError::Io(e))) => return Err(format!("client read failed: {e}")),
             Ok(Err(e)) => {
                 let _ = tx
                     .send(Pending::Error {
@@ -489,6 +544,15 @@ async fn read_requests<'a, T: Transport>(
             retry: (whole && idempotent(&head.method)).then_some(first),
             uploaded: uploaded.clone(),
             started,
+            unlogged: Unlogged {
+                armed: true,
+                peer,
+                method: head.method.clone(),
+                log_target: head.target.clone(),
+                uploaded: uploaded.clone(),
+                started,
+                cause: cause.clone(),
+            },
         };
         if tx.send(Pending::Reply(Box::new(job))).await.is_err() {
             return Ok(()); // writer finished (it closes the connection)
@@ -508,7 +572,7 @@ async fn read_requests<'a, T: Transport>(
                 // A client that stops mid-body broke its connection.
                 Err(CopyError::Read(e)) => {
                     tracing::debug!(%peer, error = %e, "client request body failed");
-                    return Err(());
+                    return Err(format!("client request body failed: {e}"));
                 }
                 // The stream failed: its reply half reports why; the rest of this client's
                 // body cannot be skipped reliably, so stop reading requests.
@@ -610,6 +674,8 @@ async fn write_replies<T: Transport>(
                         }
                     }
                 }
+                // Every outcome below is logged here.
+                job.unlogged.armed = false;
                 match result {
                     Ok(r) => {
                         log_access(&Access {
@@ -806,6 +872,23 @@ pub(crate) async fn write_all<W: AsyncWrite + Unpin>(
 ) -> Result<(), String> {
     w.write_all(bytes).await.map_err(|e| e.to_string())?;
     w.flush().await.map_err(|e| e.to_string())
+}
+
+/// Idle time before the first keepalive probe on a client connection, and between probes.
+const CLIENT_KEEPALIVE: (Duration, Duration) = (Duration::from_secs(30), Duration::from_secs(10));
+
+/// Bounds how long a client may leave sent data unacknowledged, or its window closed, before
+/// the kernel drops the connection (`TCP_USER_TIMEOUT`, which also ends keepalive probing of a
+/// vanished client). The write or read that is waiting then fails, and the reply or tunnel
+/// ends with a reason in the log, which frees its pool stream.
+fn set_client_timeouts(sock: &TcpStream, send_timeout: Duration) -> std::io::Result<()> {
+    let s = socket2::SockRef::from(sock);
+    s.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(CLIENT_KEEPALIVE.0)
+            .with_interval(CLIENT_KEEPALIVE.1),
+    )?;
+    s.set_tcp_user_timeout(Some(send_timeout))
 }
 
 /// Splits a stream (re-exported for the tunnel module).

@@ -30,6 +30,11 @@ pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 60_000;
 /// normally arrives in one round trip of a few milliseconds. Also the longest wait for the first
 /// byte of a new connection (a connection that sends nothing is closed).
 pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+/// Default longest time data sent to a client may stay unacknowledged, or wait behind a closed
+/// receive window, before the connection is dropped (`TCP_USER_TIMEOUT`, like nginx's
+/// `send_timeout`). A client that stops reading, or vanishes without a FIN, would otherwise hold
+/// its pool streams, and their windows, for good.
+pub const DEFAULT_CLIENT_SEND_TIMEOUT_MS: u64 = 60_000;
 /// Default ports CONNECT may reach: HTTPS only (like Squid's `SSL_ports`).
 pub const DEFAULT_CONNECT_PORTS: &[u16] = &[443];
 /// Default drain grace period on SIGTERM.
@@ -367,6 +372,9 @@ pub struct EdgeConfig {
     /// Longest time from the first byte of a request head to its end, in milliseconds
     /// (slower: 408 and close); also the longest wait for a new connection's first byte.
     pub header_timeout_ms: u64,
+    /// Longest time data sent to a client may go unacknowledged or wait behind a closed
+    /// window, in milliseconds; then the connection is dropped and its streams reset.
+    pub client_send_timeout_ms: u64,
     /// Grace period for in-flight replies on SIGTERM, in milliseconds.
     pub drain_grace_ms: u64,
     /// Log format.
@@ -400,6 +408,7 @@ impl Default for EdgeConfig {
             max_client_connections: DEFAULT_MAX_CLIENT_CONNECTIONS,
             client_idle_timeout_ms: DEFAULT_CLIENT_IDLE_TIMEOUT_MS,
             header_timeout_ms: DEFAULT_HEADER_TIMEOUT_MS,
+            client_send_timeout_ms: DEFAULT_CLIENT_SEND_TIMEOUT_MS,
             drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
             log_format: LogFormat::Text,
             log_level: crate::logging::DEFAULT_LOG_LEVEL.into(),
@@ -548,6 +557,7 @@ impl EdgeConfig {
         for (key, v) in [
             ("client_idle_timeout_ms", self.client_idle_timeout_ms),
             ("header_timeout_ms", self.header_timeout_ms),
+            ("client_send_timeout_ms", self.client_send_timeout_ms),
             ("drain_grace_ms", self.drain_grace_ms),
             ("pool.ready_timeout_ms", self.pool.ready_timeout_ms),
         ] {
@@ -610,6 +620,7 @@ impl EdgeConfig {
             max_pipeline: self.max_pipeline,
             idle_timeout: Duration::from_millis(self.client_idle_timeout_ms),
             header_timeout: Duration::from_millis(self.header_timeout_ms),
+            send_timeout: Duration::from_millis(self.client_send_timeout_ms),
             connect_reply: self.connect_reply,
             connect_ports: self.connect_ports.clone(),
             allowed_clients: self.allowed_clients.clone(),

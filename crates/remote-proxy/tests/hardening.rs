@@ -3,7 +3,8 @@
 //! killed: requests keep succeeding; restarted: the edge reconnects and uses it again), slow
 //! clients (header-read timeout, 1000 of them beside a normal client; a silent new connection
 //! closed after the header timeout; empty lines between requests leave a connection idle, not
-//! timed out as a slow head), connections over `max_client_connections` answered 503,
+//! timed out as a slow head; a client that stops reading is dropped after the send timeout; a
+//! client that closes during a reply gets its access-log line), connections over `max_client_connections` answered 503,
 //! and memory bounded while 100 clients never read their replies.
 
 mod common;
@@ -452,6 +453,92 @@ fn empty_lines_between_requests_leave_the_connection_idle_without_a_408() {
         "closed after {waited:?}"
     );
     trickle.join().unwrap();
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_after_the_send_timeout() {
+    let _serial = serial();
+    // An origin offering 1 GB that notes when its connection is given up.
+    let ended = Arc::new(AtomicU64::new(0));
+    let e = ended.clone();
+    let origin = scripted_origin(move |mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n");
+        let chunk = vec![b'x'; 64 * 1024];
+        while s.write_all(&chunk).is_ok() {}
+        e.fetch_add(1, Ordering::SeqCst);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("edge.toml");
+    std::fs::write(&cfg, "client_send_timeout_ms = 2000\n").unwrap();
+    let pair = start_pair(
+        "[link]\nrtt_ms = 10\nrate_mbit = 10\n",
+        &[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--link-rtt-ms",
+            "10",
+            "--link-rate-mbit",
+            "10",
+        ],
+    );
+    // The client asks and then never reads, but keeps its socket open: once every buffer on
+    // the way is full its window stays closed, the edge drops the connection after the send
+    // timeout, and the reset stream releases the origin connection.
+    let mut client = TcpStream::connect(pair.edge_addr).unwrap();
+    client
+        .write_all(format!("GET http://{origin}/ HTTP/1.1\r\n\r\n").as_bytes())
+        .unwrap();
+    wait_for(
+        Duration::from_secs(60),
+        "the origin connection to be given up",
+        || ended.load(Ordering::SeqCst) == 1,
+    );
+    // The request has its access-log line with the reason (the reader or the writer, whichever
+    // saw the dead socket first).
+    let target = format!("http://{origin}/");
+    wait_for(Duration::from_secs(10), "the access-log line", || {
+        pair.edge.log_text().lines().any(|l| {
+            l.contains("access")
+                && l.contains(&target)
+                && (l.contains("client-aborted") || l.contains("reply-cut"))
+                && l.contains("timed out")
+        })
+    });
+    // The edge still serves others.
+    let (st, head, body) = get(pair.edge_addr, &format!("http://{}/", small_origin()));
+    assert_eq!((st, body.as_slice()), (200, &b"ok"[..]), "{head}");
+    drop(client);
+}
+
+#[test]
+fn a_client_that_closes_during_a_reply_is_logged_as_client_aborted() {
+    let _serial = serial();
+    let origin = scripted_origin(move |mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n");
+        let chunk = vec![b'x'; 64 * 1024];
+        while s.write_all(&chunk).is_ok() {}
+    });
+    let pair = start_pair("", &[]);
+    let mut client = TcpStream::connect(pair.edge_addr).unwrap();
+    client
+        .write_all(format!("GET http://{origin}/big HTTP/1.1\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut first = [0u8; 1024];
+    client.read_exact(&mut first).unwrap();
+    assert!(first.starts_with(b"HTTP/1.1 200 "));
+    // Half-close: the edge treats the client's FIN as the end of everything in flight.
+    client.shutdown(std::net::Shutdown::Write).unwrap();
+    let target = format!("http://{origin}/big");
+    wait_for(Duration::from_secs(10), "the client-aborted line", || {
+        pair.edge.log_text().lines().any(|l| {
+            l.contains("access")
+                && l.contains(&target)
+                && l.contains("client-aborted")
+                && l.contains("the client closed the connection")
+        })
+    });
 }
 
 fn rss_kib(pid: u32) -> u64 {

@@ -257,6 +257,7 @@ async fn pair_with(
         max_pipeline: 16,
         idle_timeout: Duration::from_secs(10),
         header_timeout: Duration::from_secs(10),
+        send_timeout: Duration::from_secs(60),
         connect_reply: ConnectReply::Optimistic,
         connect_ports: Vec::new(),
         allowed_clients: vec!["127.0.0.0/8".parse().unwrap()],
