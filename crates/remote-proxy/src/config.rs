@@ -50,7 +50,8 @@ pub struct RemoteConfig {
     pub hosts: BTreeMap<String, Vec<IpAddr>>,
     /// Origin TCP connect timeout, ms (expiry: 504).
     pub origin_connect_timeout_ms: u64,
-    /// Wait for an origin's response head, ms (expiry: 504).
+    /// Wait for an origin's response head once the whole request is sent, and the longest a
+    /// request body may make no progress, ms (expiry: 504).
     pub origin_timeout_ms: u64,
     /// Idle keep-alive origin connections close after this, ms.
     pub origin_idle_timeout_ms: u64,

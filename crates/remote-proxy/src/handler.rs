@@ -65,7 +65,8 @@ pub trait FarStream: AsyncRead + AsyncWrite + Unpin + Send + 'static {
 pub struct Settings {
     /// Longest wait for an origin to accept a TCP connection.
     pub connect_timeout: Duration,
-    /// Longest wait for an origin's response head after the request was sent.
+    /// Longest wait for an origin's response head after the whole request (body included)
+    /// was sent; also the longest a request body may make no progress.
     pub origin_timeout: Duration,
     /// Idle keep-alive origin connections are closed after this.
     pub origin_idle_timeout: Duration,
@@ -277,33 +278,51 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     let uploaded = AtomicU64::new(0);
     // Set when the origin's response head arrived (time to first byte).
     let head_at = std::sync::OnceLock::new();
+    // Set when the request body has been handed over in full: the wait for the response head
+    // (`origin_timeout`) starts then, so a long upload is not cut as an origin timeout.
+    let (body_done_tx, mut body_done) = tokio::sync::watch::channel(false);
+    let stall = ctx.settings.origin_timeout;
     let result = {
         // Feeds the request body to hyper, then watches the stream: a reset from the edge (the
         // client went away) cancels the fetch instead of waiting for the origin. Completes
-        // only with the reason of such a failure.
+        // only with such a failure, or when the upload made no progress for `origin_timeout`.
         let feed = async {
             {
                 // Owned here so the body ends (sender dropped) when it is complete.
                 let body_tx = body_tx;
                 let mut dec = BodyDecoder::new(body_kind);
                 loop {
-                    match dec.next(&mut rd, &mut buf).await {
-                        Ok(Some(piece)) => {
-                            uploaded.fetch_add(piece.len() as u64, Ordering::Relaxed);
-                            if body_tx.send(Ok(Frame::data(piece))).await.is_err() {
-                                break;
+                    let step = async {
+                        match dec.next(&mut rd, &mut buf).await {
+                            Ok(Some(piece)) => {
+                                uploaded.fetch_add(piece.len() as u64, Ordering::Relaxed);
+                                Ok(body_tx.send(Ok(Frame::data(piece))).await.is_ok())
                             }
+                            Ok(None) => Ok(false),
+                            Err(e) => Err(e.to_string()),
                         }
-                        Ok(None) => break,
-                        Err(e) => {
+                    };
+                    // A stalled upload is bounded too: no progress for `origin_timeout`.
+                    match tokio::time::timeout(stall, step).await {
+                        Ok(Ok(true)) => {}
+                        Ok(Ok(false)) => break,
+                        Ok(Err(e)) => {
                             let _ = body_tx
-                                .send(Err(Box::new(std::io::Error::other(e.to_string()))))
+                                .send(Err(Box::new(std::io::Error::other(e.clone()))))
                                 .await;
-                            return e.to_string();
+                            return Outcome::Cut(format!("edge cancelled the stream: {e}"));
+                        }
+                        Err(_) => {
+                            return Outcome::Before(RemoteError::Timeout(format!(
+                                "the request body made no progress for {} ms (the edge stopped \
+                                 sending it or the origin stopped reading it)",
+                                stall.as_millis()
+                            )))
                         }
                     }
                 }
             }
+            let _ = body_done_tx.send(true);
             let mut scratch = [0u8; 512];
             loop {
                 match rd.read(&mut scratch).await {
@@ -311,11 +330,15 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
                     // later reset, so the reset signal tells when the edge gives up.
                     Ok(0) => {
                         edge_reset.await;
-                        return "the edge reset the stream (its client went away)".to_owned();
+                        return Outcome::Cut(
+                            "edge cancelled the stream: the edge reset the stream (its client \
+                             went away)"
+                                .into(),
+                        );
                     }
                     // Bytes after the request are ignored (the stream carries one request).
                     Ok(_) => {}
-                    Err(e) => return e.to_string(),
+                    Err(e) => return Outcome::Cut(format!("edge cancelled the stream: {e}")),
                 }
             }
         };
@@ -350,7 +373,16 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
             let _ = info_tx.try_send(out);
         });
         let respond = async {
-            let fetch = tokio::time::timeout(ctx.settings.origin_timeout, ctx.client.request(req));
+            let fetch = async {
+                let head_deadline = async {
+                    let _ = body_done.wait_for(|done| *done).await;
+                    tokio::time::sleep(ctx.settings.origin_timeout).await;
+                };
+                tokio::select! {
+                    r = ctx.client.request(req) => Ok(r),
+                    _ = head_deadline => Err(()),
+                }
+            };
             tokio::pin!(fetch);
             let res = loop {
                 tokio::select! {
@@ -372,7 +404,7 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
             let res = match res {
                 Err(_) => {
                     return Err(Outcome::Before(RemoteError::Timeout(format!(
-                        "no response head within {} ms",
+                        "no response head within {} ms of the request",
                         ctx.settings.origin_timeout.as_millis()
                     ))))
                 }
@@ -387,7 +419,7 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
         tokio::pin!(feed, respond);
         tokio::select! {
             r = &mut respond => r,
-            why = &mut feed => Err(Outcome::Cut(format!("edge cancelled the stream: {why}"))),
+            failed = &mut feed => Err(failed),
         }
     };
     let up = uploaded.load(Ordering::Relaxed);

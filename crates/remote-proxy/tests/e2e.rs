@@ -298,6 +298,87 @@ fn errors_map_to_statuses_with_reasons() {
     assert_eq!((st, tag(&head)), (403, "forbidden-client"));
 }
 
+/// Sends a POST with a `len`-byte body, `pieces` parts of it `gap` apart, then reads the reply.
+fn trickled_post(
+    edge: std::net::SocketAddr,
+    url: &str,
+    len: usize,
+    pieces: usize,
+    gap: Duration,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(edge).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(
+        format!("POST {url} HTTP/1.1\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    for _ in 0..pieces {
+        std::thread::sleep(gap);
+        if s.write_all(&vec![b'u'; len / pieces.max(1)]).is_err() {
+            break;
+        }
+    }
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+#[test]
+fn the_origin_timeout_starts_when_the_upload_is_complete() {
+    // An origin that reads the whole body and then answers with its length.
+    let reader = scripted_origin(|mut s| {
+        let head = read_head(&mut s);
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap_or(0);
+        let mut body = vec![0u8; len];
+        let _ = s.read_exact(&mut body);
+        let reply = format!("{len}");
+        let _ = s.write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                reply.len()
+            )
+            .as_bytes(),
+        );
+    });
+    let pair = start_pair("origin_timeout_ms = 1000\n", &[]);
+    // 3 s of upload, in pieces 250 ms apart: longer than the origin timeout, never stalled.
+    let (st, text) = trickled_post(
+        pair.edge_addr,
+        &format!("http://{reader}/up"),
+        1200,
+        12,
+        Duration::from_millis(250),
+    );
+    assert_eq!(st, 200, "{text}");
+    assert!(text.ends_with("1200"), "{text}");
+    // An upload that stops half-way is bounded by the same timeout: 504 with the reason.
+    let t0 = Instant::now();
+    let (st, text) = trickled_post(
+        pair.edge_addr,
+        &format!("http://{reader}/stall"),
+        1200,
+        0,
+        Duration::ZERO,
+    );
+    assert_eq!((st, tag(&text)), (504, "origin-timeout"), "{text}");
+    assert!(text.contains("made no progress"), "{text}");
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+}
+
 #[test]
 fn pool_connection_lost_mid_reply_ends_the_client_connection() {
     // The origin promises 10 MB, sends 100 KB, then stalls.
