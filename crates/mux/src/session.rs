@@ -1283,14 +1283,10 @@ impl Session {
         }
         s.recv_left -= n;
         s.bytes_received += n;
-        if n > 0 {
-            s.recv_buf_len += n;
-            // Copied out of the connection's receive buffer: a slice would pin
-            // the whole read buffer it came from, so a peer sending many tiny
-            // frames to a stalled stream could hold far more memory than the
-            // stream's window. With a copy, buffered bytes are real bytes.
-            s.recv_buf.push_back(Bytes::copy_from_slice(&data));
-        }
+        // Copied out of the connection's receive buffer: a slice would pin the whole read
+        // buffer it came from, so a peer sending many tiny frames to a stalled stream could
+        // hold far more memory than the stream's window. Small payloads share chunks.
+        s.push_recv(&data);
         if fin {
             s.fin_received = true;
         }

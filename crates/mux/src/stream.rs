@@ -9,6 +9,9 @@ use crate::error::ErrorCode;
 use crate::frame::Kind;
 use crate::session::ConnId;
 
+/// Capacity of a receive chunk that collects small payloads (see [`Stream::push_recv`]).
+pub const RECV_CHUNK: usize = 4096;
+
 /// One stream as the session tracks it.
 #[derive(Debug)]
 pub(crate) struct Stream {
@@ -35,7 +38,8 @@ pub(crate) struct Stream {
     pub fin_sent: bool,
     /// Bytes received, not yet read by the application. Invariant:
     /// `recv_buf_len + recv_left + recv_unacked == window` while the peer's direction is open.
-    pub recv_buf: VecDeque<Bytes>,
+    /// Small payloads are appended to the last chunk (see [`Stream::push_recv`]).
+    pub recv_buf: VecDeque<BytesMut>,
     /// Sum of `recv_buf` lengths.
     pub recv_buf_len: u64,
     /// Credit the peer still holds for its direction, bytes.
@@ -147,6 +151,31 @@ impl Stream {
         }
     }
 
+    /// Appends received bytes. A payload smaller than [`RECV_CHUNK`] goes into the last chunk
+    /// while it has room (a new chunk of that capacity otherwise), so a peer sending many tiny
+    /// frames to a stalled stream holds about the stream's window in memory, not one
+    /// allocation per frame. Larger payloads are copied into a chunk of their own.
+    pub fn push_recv(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if data.len() < RECV_CHUNK {
+            if let Some(tail) = self.recv_buf.back_mut() {
+                if tail.capacity() - tail.len() >= data.len() {
+                    tail.extend_from_slice(data);
+                    self.recv_buf_len += data.len() as u64;
+                    return;
+                }
+            }
+            let mut chunk = BytesMut::with_capacity(RECV_CHUNK);
+            chunk.extend_from_slice(data);
+            self.recv_buf.push_back(chunk);
+        } else {
+            self.recv_buf.push_back(BytesMut::from(data));
+        }
+        self.recv_buf_len += data.len() as u64;
+    }
+
     /// Copies up to `buf.len()` received bytes out; returns how many.
     pub fn take_recv(&mut self, buf: &mut [u8]) -> usize {
         let mut n = 0;
@@ -191,11 +220,29 @@ mod tests {
     }
 
     #[test]
+    fn tiny_payloads_share_chunks() {
+        let mut s = Stream::new(Kind::Http, 0, 100);
+        for i in 0..10_000u32 {
+            s.push_recv(&[i as u8]);
+        }
+        assert_eq!(s.recv_buf_len, 10_000);
+        assert!(s.recv_buf.len() <= 10_000 / RECV_CHUNK + 1, "{} chunks", s.recv_buf.len());
+        let held: usize = s.recv_buf.iter().map(|c| c.capacity()).sum();
+        assert!(held <= 10_000 + RECV_CHUNK, "{held} bytes held for 10000");
+        s.push_recv(&[7u8; RECV_CHUNK]);
+        let mut out = vec![0u8; 20_000];
+        assert_eq!(s.take_recv(&mut out), 10_000 + RECV_CHUNK);
+        assert!(out[..10_000].iter().enumerate().all(|(i, &b)| b == i as u8));
+        assert!(out[10_000..10_000 + RECV_CHUNK].iter().all(|&b| b == 7));
+        assert!(s.recv_buf.is_empty());
+    }
+
+    #[test]
     fn take_recv_copies_across_chunks() {
         let mut s = Stream::new(Kind::Http, 0, 100);
-        s.recv_buf.push_back(Bytes::from_static(b"hel"));
-        s.recv_buf.push_back(Bytes::from_static(b"lo"));
-        s.recv_buf_len = 5;
+        s.push_recv(b"hel");
+        s.recv_buf.push_back(BytesMut::from(&b"lo"[..]));
+        s.recv_buf_len += 2;
         let mut b = [0u8; 4];
         assert_eq!(s.take_recv(&mut b), 4);
         assert_eq!(&b, b"hell");
