@@ -226,7 +226,11 @@ mod tests {
             s.push_recv(&[i as u8]);
         }
         assert_eq!(s.recv_buf_len, 10_000);
-        assert!(s.recv_buf.len() <= 10_000 / RECV_CHUNK + 1, "{} chunks", s.recv_buf.len());
+        assert!(
+            s.recv_buf.len() <= 10_000 / RECV_CHUNK + 1,
+            "{} chunks",
+            s.recv_buf.len()
+        );
         let held: usize = s.recv_buf.iter().map(|c| c.capacity()).sum();
         assert!(held <= 10_000 + RECV_CHUNK, "{held} bytes held for 10000");
         s.push_recv(&[7u8; RECV_CHUNK]);

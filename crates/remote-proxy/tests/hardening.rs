@@ -46,6 +46,35 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
+/// Starts a pair whose edge reads `edge_toml` as its configuration file (kept in the returned
+/// directory), with `remote_toml` for the remote and `extra` edge arguments.
+fn pair_with_edge_config(
+    edge_toml: &str,
+    remote_toml: &str,
+    extra: &[&str],
+) -> (Pair, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("edge.toml");
+    std::fs::write(&cfg, edge_toml).unwrap();
+    let mut args = vec!["--config", cfg.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    (start_pair(remote_toml, &args), dir)
+}
+
+/// An origin offering 1 GB to each request and writing as fast as it is allowed to; `written`
+/// counts the bytes it wrote, `ended` the connections it had to give up.
+fn endless_origin(written: Arc<AtomicU64>, ended: Arc<AtomicU64>) -> SocketAddr {
+    scripted_origin(move |mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n");
+        let chunk = vec![b'x'; 64 * 1024];
+        while s.write_all(&chunk).is_ok() {
+            written.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+        ended.fetch_add(1, Ordering::SeqCst);
+    })
+}
+
 /// Waits until `f` holds, at most `limit`.
 fn wait_for(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -267,10 +296,7 @@ fn slow_clients_get_408_without_blocking_a_normal_client() {
     let _serial = serial();
     let origin = small_origin();
     let url = format!("http://{origin}/");
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("edge.toml");
-    std::fs::write(&cfg, "header_timeout_ms = 1500\n").unwrap();
-    let pair = start_pair("", &["--config", cfg.to_str().unwrap()]);
+    let (pair, _cfg) = pair_with_edge_config("header_timeout_ms = 1500\n", "", &[]);
 
     // 1000 clients that sent part of a head and stall.
     let mut slow: Vec<TcpStream> = (0..1000)
@@ -327,14 +353,11 @@ fn connections_over_the_limit_get_503_too_many_connections() {
     let _serial = serial();
     let origin = small_origin();
     let url = format!("http://{origin}/");
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("edge.toml");
-    std::fs::write(
-        &cfg,
+    let (pair, _cfg) = pair_with_edge_config(
         "max_client_connections = 3\nheader_timeout_ms = 20000\n",
-    )
-    .unwrap();
-    let pair = start_pair("", &["--config", cfg.to_str().unwrap()]);
+        "",
+        &[],
+    );
 
     // Three clients hold every slot with half a head.
     let holders: Vec<TcpStream> = (0..3)
@@ -392,14 +415,11 @@ fn connections_over_the_limit_get_503_too_many_connections() {
 #[test]
 fn a_new_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
     let _serial = serial();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("edge.toml");
-    std::fs::write(
-        &cfg,
+    let (pair, _cfg) = pair_with_edge_config(
         "header_timeout_ms = 1000\nclient_idle_timeout_ms = 60000\n",
-    )
-    .unwrap();
-    let pair = start_pair("", &["--config", cfg.to_str().unwrap()]);
+        "",
+        &[],
+    );
     let mut s = TcpStream::connect(pair.edge_addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let started = Instant::now();
@@ -417,14 +437,11 @@ fn a_new_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
 fn empty_lines_between_requests_leave_the_connection_idle_without_a_408() {
     let _serial = serial();
     let origin = small_origin();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("edge.toml");
-    std::fs::write(
-        &cfg,
+    let (pair, _cfg) = pair_with_edge_config(
         "header_timeout_ms = 1000\nclient_idle_timeout_ms = 3000\n",
-    )
-    .unwrap();
-    let pair = start_pair("", &["--config", cfg.to_str().unwrap()]);
+        "",
+        &[],
+    );
     let mut s = TcpStream::connect(pair.edge_addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let started = Instant::now();
@@ -458,29 +475,12 @@ fn empty_lines_between_requests_leave_the_connection_idle_without_a_408() {
 #[test]
 fn a_client_that_stops_reading_is_dropped_after_the_send_timeout() {
     let _serial = serial();
-    // An origin offering 1 GB that notes when its connection is given up.
     let ended = Arc::new(AtomicU64::new(0));
-    let e = ended.clone();
-    let origin = scripted_origin(move |mut s| {
-        let _ = read_head(&mut s);
-        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n");
-        let chunk = vec![b'x'; 64 * 1024];
-        while s.write_all(&chunk).is_ok() {}
-        e.fetch_add(1, Ordering::SeqCst);
-    });
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("edge.toml");
-    std::fs::write(&cfg, "client_send_timeout_ms = 2000\n").unwrap();
-    let pair = start_pair(
+    let origin = endless_origin(Arc::default(), ended.clone());
+    let (pair, _cfg) = pair_with_edge_config(
+        "client_send_timeout_ms = 2000\n",
         "[link]\nrtt_ms = 10\nrate_mbit = 10\n",
-        &[
-            "--config",
-            cfg.to_str().unwrap(),
-            "--link-rtt-ms",
-            "10",
-            "--link-rate-mbit",
-            "10",
-        ],
+        &["--link-rtt-ms", "10", "--link-rate-mbit", "10"],
     );
     // The client asks and then never reads, but keeps its socket open: once every buffer on
     // the way is full its window stays closed, the edge drops the connection after the send
@@ -514,12 +514,7 @@ fn a_client_that_stops_reading_is_dropped_after_the_send_timeout() {
 #[test]
 fn a_client_that_closes_during_a_reply_is_logged_as_client_aborted() {
     let _serial = serial();
-    let origin = scripted_origin(move |mut s| {
-        let _ = read_head(&mut s);
-        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n");
-        let chunk = vec![b'x'; 64 * 1024];
-        while s.write_all(&chunk).is_ok() {}
-    });
+    let origin = endless_origin(Arc::default(), Arc::default());
     let pair = start_pair("", &[]);
     let mut client = TcpStream::connect(pair.edge_addr).unwrap();
     client
@@ -552,17 +547,8 @@ fn rss_kib(pid: u32) -> u64 {
 #[test]
 fn memory_stays_bounded_with_100_streams_whose_readers_never_read() {
     let _serial = serial();
-    // An origin that offers 1 GB to each request and writes as fast as it is allowed to.
     let written = Arc::new(AtomicU64::new(0));
-    let w = written.clone();
-    let origin = scripted_origin(move |mut s| {
-        let _ = read_head(&mut s);
-        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n");
-        let chunk = vec![b'x'; 64 * 1024];
-        while s.write_all(&chunk).is_ok() {
-            w.fetch_add(chunk.len() as u64, Ordering::Relaxed);
-        }
-    });
+    let origin = endless_origin(written.clone(), Arc::default());
     // A small link: 64 KiB stream windows.
     let pair = start_pair(
         "[link]\nrtt_ms = 10\nrate_mbit = 10\n",
