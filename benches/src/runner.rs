@@ -123,6 +123,25 @@ impl Suite {
         }
     }
 
+    /// The Debian programs this suite starts: nginx (the origin) always, Squid for
+    /// `single-proxy` and `squid-chain`, HAProxy for `haproxy-h2`, Chromium for the browser
+    /// client. Checked before any bed comes up ([`missing_programs`]): a missing one would
+    /// otherwise only show as systems that "did not start" in every cell.
+    pub fn programs(&self) -> Vec<&'static str> {
+        let mut out = vec!["nginx"];
+        let uses = |id: &str| self.systems.iter().any(|s| s.id == id);
+        if uses("single-proxy") || uses("squid-chain") {
+            out.push("squid");
+        }
+        if uses("haproxy-h2") {
+            out.push("haproxy");
+        }
+        if self.clients.iter().any(|c| c == "chromium") {
+            out.push("chromium");
+        }
+        out
+    }
+
     /// The page-load cells of one profile, as `(workload, client, scheme)`, in run order.
     fn cells<'w>(&self, all: &'w [Workload]) -> Vec<(&'w Workload, String, String)> {
         let mut out = Vec::new();
@@ -396,6 +415,23 @@ pub fn run_suite(suite: &Suite, cx: &RunContext) -> Result<Outcome> {
     crate::results::fill_ratios(&mut rows);
     crate::results::sort(&mut rows);
     Ok(Outcome { rows, load })
+}
+
+/// Which of `programs` no directory of `path` (a `PATH`-style list) holds as an executable
+/// file: the test bed runs them by name, so they must be found the same way.
+pub fn missing_programs<'p>(programs: &[&'p str], path: Option<&std::ffi::OsStr>) -> Vec<&'p str> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dirs: Vec<PathBuf> = path
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_default();
+    let found = |name: &str| {
+        dirs.iter().any(|d| {
+            std::fs::metadata(d.join(name))
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+    };
+    programs.iter().copied().filter(|p| !found(p)).collect()
 }
 
 /// Every workload of the suite and what its mixed loads are made of.
@@ -866,6 +902,35 @@ mod tests {
             peer_initcwnd: None,
             custom_profiles: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_programs_a_suite_needs_follow_its_systems_and_clients() {
+        let mut s = suite(None);
+        assert_eq!(s.programs(), ["nginx", "chromium"]);
+        s.clients = vec!["replay".into()];
+        s.systems.push(SystemSpec::plain("squid-chain"));
+        s.systems.push(SystemSpec::plain("haproxy-h2"));
+        assert_eq!(s.programs(), ["nginx", "squid", "haproxy"]);
+    }
+
+    #[test]
+    fn a_program_counts_as_present_only_as_an_executable_file_on_the_path() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("pageload-path-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("squid")).unwrap();
+        std::fs::write(dir.join("nginx"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(dir.join("nginx"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::fs::write(dir.join("haproxy"), "not executable").unwrap();
+        let path = std::env::join_paths([Path::new("/nonexistent"), &dir]).unwrap();
+        let want = ["nginx", "squid", "haproxy", "chromium"];
+        assert_eq!(
+            missing_programs(&want, Some(&path)),
+            ["squid", "haproxy", "chromium"]
+        );
+        assert_eq!(missing_programs(&want, None), want);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -566,6 +566,14 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     if a.bed == "veth" && a.profiles.is_none() {
         s.profiles = vec!["veth-nodelay".into()];
     }
+    let missing = runner::missing_programs(&s.programs(), std::env::var_os("PATH").as_deref());
+    if !missing.is_empty() {
+        bail!(
+            "pageload {name} runs {}, not found on PATH: install with scripts/install-deps \
+             (or pick a slice without them: --systems, --clients)",
+            missing.join(", ")
+        );
+    }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let out = std::fs::canonicalize(&a.out)?;
     let _pinned = pin_build(&out)?;
