@@ -152,7 +152,7 @@ pub async fn serve<T: Transport>(
         let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
         let cause = Arc::new(OnceLock::new());
         let reader = read_requests(&ctx, rd, tx, peer, entry, &cause);
-        let writer = write_replies(&ctx, wr, rx, peer);
+        let writer = write_replies(&ctx, wr, rx, peer, &cause);
         tokio::pin!(reader, writer);
         tokio::select! {
             r = &mut reader => match r {
@@ -161,7 +161,7 @@ pub async fn serve<T: Transport>(
                 // On a client read failure, dropping the writer drops every stream (reset),
                 // and each request still in flight is logged with the cause.
                 Err(why) => {
-                    let _ = cause.set(why);
+                    let _ = cause.set(Ending::client(why));
                     false
                 }
             },
@@ -246,9 +246,41 @@ struct ReplyJob<S> {
     unlogged: Unlogged,
 }
 
-/// Writes the access-log line of a request whose reply was abandoned because the client
-/// connection broke or closed (the writer, and the jobs queued for it, are dropped then), unless
-/// disarmed by the writer, which logs every outcome it sees itself.
+/// Why a client connection ended while replies were still owed on it: each request left
+/// unanswered is logged with it. Set once, by whichever side ended the connection first.
+#[derive(Debug)]
+struct Ending {
+    /// Access-log outcome of the unanswered requests.
+    outcome: &'static str,
+    detail: String,
+}
+
+impl Ending {
+    /// The client broke or closed its connection.
+    fn client(detail: String) -> Ending {
+        Ending {
+            outcome: "client-aborted",
+            detail,
+        }
+    }
+
+    /// The edge ended the connection after an earlier reply, so pipelined requests behind it
+    /// (already forwarded) get no reply; the client may send them again on a new connection.
+    fn earlier(why: &str) -> Ending {
+        Ending {
+            outcome: "unanswered",
+            detail: format!("not sent: {why}"),
+        }
+    }
+}
+
+/// Without an [`Ending`], the connection's task was stopped from outside: the drain grace
+/// period of a shutdown is the only place that does.
+const SHUTDOWN_DETAIL: &str = "the edge shut down (drain grace period over) before the reply";
+
+/// Writes the access-log line of a request whose reply was abandoned because the connection
+/// ended first (the writer, and the jobs queued for it, are dropped then), unless disarmed by the
+/// writer, which logs every outcome it sees itself.
 struct Unlogged {
     armed: bool,
     peer: SocketAddr,
@@ -256,8 +288,8 @@ struct Unlogged {
     log_target: String,
     uploaded: Arc<AtomicU64>,
     started: Instant,
-    /// Why the client connection ended, set by [`serve`] before the writer is dropped.
-    cause: Arc<OnceLock<String>>,
+    /// Why the connection ended, set before the writer is dropped.
+    cause: Arc<OnceLock<Ending>>,
 }
 
 impl Drop for Unlogged {
@@ -265,11 +297,10 @@ impl Drop for Unlogged {
         if !self.armed {
             return;
         }
-        let detail = self
-            .cause
-            .get()
-            .map(String::as_str)
-            .unwrap_or("the client connection ended before the reply");
+        let (outcome, detail) = match self.cause.get() {
+            Some(e) => (e.outcome, e.detail.as_str()),
+            None => ("shutdown", SHUTDOWN_DETAIL),
+        };
         log_access(&Access {
             client: self.peer,
             method: &self.method,
@@ -279,7 +310,7 @@ impl Drop for Unlogged {
             bytes_down: 0,
             duration: self.started.elapsed(),
             ttfb: None,
-            outcome: "client-aborted",
+            outcome,
             detail,
         });
     }
@@ -394,7 +425,7 @@ async fn read_requests<'a, T: Transport>(
     tx: mpsc::Sender<Pending<'a, T::Stream>>,
     peer: SocketAddr,
     entry: Entry,
-    cause: &Arc<OnceLock<String>>,
+    cause: &Arc<OnceLock<Ending>>,
 ) -> Result<(), String> {
     let s = &ctx.settings;
     let mut buf = BytesMut::with_capacity(8192);
@@ -603,7 +634,13 @@ async fn write_replies<T: Transport>(
     mut wr: TcpWriteHalf<'_>,
     mut rx: mpsc::Receiver<Pending<'_, T::Stream>>,
     peer: SocketAddr,
+    cause: &OnceLock<Ending>,
 ) -> End {
+    let answered = |status: u16| {
+        Ending::earlier(&format!(
+            "an earlier request on this connection was answered {status} and the connection closed"
+        ))
+    };
     while let Some(p) = rx.recv().await {
         match p {
             Pending::Error {
@@ -626,6 +663,7 @@ async fn write_replies<T: Transport>(
                     outcome: err.tag(),
                     detail: &err.to_string(),
                 });
+                let _ = cause.set(answered(err.status()));
                 return End::Closed;
             }
             Pending::Connect {
@@ -640,11 +678,12 @@ async fn write_replies<T: Transport>(
             Pending::Reply(job) => {
                 let mut job = *job;
                 if let Some(tx) = job.continue_tx.take() {
-                    if wr.write_all(CONTINUE).await.is_err() {
-                        {
-                            abort(wr);
-                            return End::Done;
-                        }
+                    if let Err(e) = wr.write_all(CONTINUE).await {
+                        let _ = cause.set(Ending::client(format!(
+                            "writing 100 Continue to the client failed: {e}"
+                        )));
+                        abort(wr);
+                        return End::Done;
                     }
                     let _ = tx.send(());
                 }
@@ -692,6 +731,10 @@ async fn write_replies<T: Transport>(
                         });
                         if r.close {
                             let _ = wr.shutdown().await;
+                            let _ = cause.set(Ending::earlier(
+                                "an earlier reply on this connection closed it (Connection: \
+                                 close, a body delimited by the close, or a shutdown's drain)",
+                            ));
                             return End::Closed;
                         }
                     }
@@ -710,6 +753,7 @@ async fn write_replies<T: Transport>(
                             outcome: err.tag(),
                             detail: &err.to_string(),
                         });
+                        let _ = cause.set(answered(err.status()));
                         return End::Closed;
                     }
                     Err(RelayError::After(detail)) => {
@@ -725,10 +769,11 @@ async fn write_replies<T: Transport>(
                             outcome: "reply-cut",
                             detail: &detail,
                         });
-                        {
-                            abort(wr);
-                            return End::Done;
-                        }
+                        let _ = cause.set(Ending::earlier(
+                            "an earlier reply on this connection was cut and the connection reset",
+                        ));
+                        abort(wr);
+                        return End::Done;
                     }
                 }
             }

@@ -4,7 +4,9 @@
 //! clients (header-read timeout, 1000 of them beside a normal client; a silent new connection
 //! closed after the header timeout; empty lines between requests leave a connection idle, not
 //! timed out as a slow head; a client that stops reading is dropped after the send timeout; a
-//! client that closes during a reply gets its access-log line), connections over `max_client_connections` answered 503,
+//! client that closes during a reply gets its access-log line; a request pipelined behind a reply
+//! that closes the connection is logged as unanswered), connections over
+//! `max_client_connections` answered 503,
 //! and memory bounded while 100 clients never read their replies.
 
 mod common;
@@ -534,6 +536,61 @@ fn a_client_that_closes_during_a_reply_is_logged_as_client_aborted() {
                 && l.contains("the client closed the connection")
         })
     });
+}
+
+#[test]
+fn a_request_pipelined_behind_a_reply_that_closes_is_logged_as_unanswered() {
+    let _serial = serial();
+    let pair = start_pair("", &[]);
+    // An HTTP/1.0 client keeping its connection alive, and a reply of unknown length (the
+    // origin closes to end it; the pair carries it chunked): it can only reach an HTTP/1.0
+    // client delimited by the close, so the edge must close the client's connection after it,
+    // and the request pipelined behind it, already forwarded, is never answered. The pause
+    // lets the edge read and forward the second request first.
+    let closing = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\n\r\nfirst");
+    });
+    let second = small_origin();
+    let mut client = TcpStream::connect(pair.edge_addr).unwrap();
+    client
+        .write_all(
+            format!(
+                "GET http://{closing}/first HTTP/1.0\r\nConnection: keep-alive\r\n\r\n\
+                 GET http://{second}/second HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let mut got = Vec::new();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    client.read_to_end(&mut got).unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200 ") && text.ends_with("\r\n\r\nfirst"),
+        "{text}"
+    );
+    assert_eq!(count(&text, "HTTP/1."), 1, "{text}");
+    let target = format!("http://{second}/second");
+    wait_for(Duration::from_secs(10), "the unanswered line", || {
+        pair.edge.log_text().lines().any(|l| {
+            l.contains("access")
+                && l.contains(&target)
+                && l.contains("unanswered")
+                && l.contains("an earlier reply on this connection closed it")
+        })
+    });
+    assert!(
+        !pair
+            .edge
+            .log_text()
+            .lines()
+            .any(|l| l.contains(&target) && l.contains("client-aborted")),
+        "the client did not abort anything"
+    );
 }
 
 fn rss_kib(pid: u32) -> u64 {
