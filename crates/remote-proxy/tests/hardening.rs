@@ -77,6 +77,15 @@ fn endless_origin(written: Arc<AtomicU64>, ended: Arc<AtomicU64>) -> SocketAddr 
     })
 }
 
+/// Waits (at most 10 s) for the edge's access-log line of `target` that `f` accepts.
+fn wait_for_access_line(edge: &Proc, target: &str, what: &str, f: impl Fn(&str) -> bool) {
+    wait_for(Duration::from_secs(10), what, || {
+        edge.log_text()
+            .lines()
+            .any(|l| l.contains("access") && l.contains(target) && f(l))
+    });
+}
+
 /// Waits until `f` holds, at most `limit`.
 fn wait_for(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -499,13 +508,8 @@ fn a_client_that_stops_reading_is_dropped_after_the_send_timeout() {
     // The request has its access-log line with the reason (the reader or the writer, whichever
     // saw the dead socket first).
     let target = format!("http://{origin}/");
-    wait_for(Duration::from_secs(10), "the access-log line", || {
-        pair.edge.log_text().lines().any(|l| {
-            l.contains("access")
-                && l.contains(&target)
-                && (l.contains("client-aborted") || l.contains("reply-cut"))
-                && l.contains("timed out")
-        })
+    wait_for_access_line(&pair.edge, &target, "the access-log line", |l| {
+        (l.contains("client-aborted") || l.contains("reply-cut")) && l.contains("timed out")
     });
     // The edge still serves others.
     let (st, head, body) = get(pair.edge_addr, &format!("http://{}/", small_origin()));
@@ -528,13 +532,8 @@ fn a_client_that_closes_during_a_reply_is_logged_as_client_aborted() {
     // Half-close: the edge treats the client's FIN as the end of everything in flight.
     client.shutdown(std::net::Shutdown::Write).unwrap();
     let target = format!("http://{origin}/big");
-    wait_for(Duration::from_secs(10), "the client-aborted line", || {
-        pair.edge.log_text().lines().any(|l| {
-            l.contains("access")
-                && l.contains(&target)
-                && l.contains("client-aborted")
-                && l.contains("the client closed the connection")
-        })
+    wait_for_access_line(&pair.edge, &target, "the client-aborted line", |l| {
+        l.contains("client-aborted") && l.contains("the client closed the connection")
     });
 }
 
@@ -575,13 +574,8 @@ fn a_request_pipelined_behind_a_reply_that_closes_is_logged_as_unanswered() {
     );
     assert_eq!(count(&text, "HTTP/1."), 1, "{text}");
     let target = format!("http://{second}/second");
-    wait_for(Duration::from_secs(10), "the unanswered line", || {
-        pair.edge.log_text().lines().any(|l| {
-            l.contains("access")
-                && l.contains(&target)
-                && l.contains("unanswered")
-                && l.contains("an earlier reply on this connection closed it")
-        })
+    wait_for_access_line(&pair.edge, &target, "the unanswered line", |l| {
+        l.contains("unanswered") && l.contains("an earlier reply on this connection closed it")
     });
     assert!(
         !pair
