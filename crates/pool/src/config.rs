@@ -176,10 +176,26 @@ impl PoolConfig {
     }
 }
 
-/// Most pool connections a server carries at once (all edges together);
-/// further connections are closed at once with a logged reason. Each costs a
-/// task, two buffers and at most `max_streams` streams.
+/// Most authenticated pool connections a server carries at once (all edges
+/// together); further connections are closed at once with a logged reason.
+/// Each costs a task, two buffers and at most `max_streams` streams.
+/// Connections still in their handshake do not count: they are bounded by
+/// [`DEFAULT_MAX_HANDSHAKES`] instead.
 pub const DEFAULT_MAX_SERVER_CONNECTIONS: usize = 1024;
+
+/// Most connections a server lets be in their handshake (TLS or QUIC, then
+/// HELLO) at once, from all sources; a further one is closed at once with a
+/// logged reason. A handshake lasts one or two round trips of the long link
+/// (at most `mux.handshake_timeout`), so 256 admits hundreds of dials per
+/// second even at a satellite's 600 ms.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 256;
+
+/// Most connections one source address may have in their handshake at once,
+/// so that one peer cannot take every handshake slot. An edge dials its whole
+/// pool at start; 64 lets every pool of up to 64 connections per remote
+/// handshake at once, and larger pools come up in waves as refused dials are
+/// retried after backoff.
+pub const DEFAULT_MAX_HANDSHAKES_PER_SOURCE: usize = 64;
 
 /// Remote-side server configuration.
 #[derive(Debug, Clone)]
@@ -190,8 +206,34 @@ pub struct ServerConfig {
     pub mux: mux::Config,
     /// How reply directions are bound to connections.
     pub policy: Policy,
-    /// Most concurrent pool connections (see [`DEFAULT_MAX_SERVER_CONNECTIONS`]).
+    /// Most concurrent authenticated pool connections (see
+    /// [`DEFAULT_MAX_SERVER_CONNECTIONS`]).
     pub max_connections: usize,
+    /// Most connections in their handshake at once (see [`DEFAULT_MAX_HANDSHAKES`]).
+    pub max_handshakes: usize,
+    /// Most of those from one source address (see
+    /// [`DEFAULT_MAX_HANDSHAKES_PER_SOURCE`]).
+    pub max_handshakes_per_source: usize,
+}
+
+impl ServerConfig {
+    /// Checks the limits that the mux configuration does not cover.
+    pub(crate) fn validate_limits(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("max_connections", self.max_connections),
+            ("max_handshakes", self.max_handshakes),
+            ("max_handshakes_per_source", self.max_handshakes_per_source),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn handshake_gate(&self) -> crate::gate::HandshakeGate {
+        crate::gate::HandshakeGate::new(self.max_handshakes, self.max_handshakes_per_source)
+    }
 }
 
 impl Default for ServerConfig {
@@ -201,6 +243,8 @@ impl Default for ServerConfig {
             mux: mux::Config::default(),
             policy: Policy::default(),
             max_connections: DEFAULT_MAX_SERVER_CONNECTIONS,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
+            max_handshakes_per_source: DEFAULT_MAX_HANDSHAKES_PER_SOURCE,
         }
     }
 }

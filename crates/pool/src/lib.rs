@@ -64,6 +64,7 @@ mod carrier;
 mod config;
 mod driver;
 mod edge;
+mod gate;
 mod queue;
 pub mod quic;
 mod server;

@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 
 use crate::backoff::Backoff;
 use crate::config::{PoolConfig, ServerConfig};
+use crate::gate::{HandshakeGate, Permit};
 use crate::queue::{Attempt, OpenQueue};
 use crate::stats::{ConnStats, LaneState};
 use crate::tls::{TlsClient, TlsServer, ALPN};
@@ -1040,6 +1041,8 @@ struct ServerInner {
     transport: Arc<TransportConfig>,
     /// Live connections by quinn id, with the edge session id of their HELLO.
     conns: Mutex<HashMap<u64, (u64, Arc<QConn>)>>,
+    /// Connections still in their handshake.
+    gate: HandshakeGate,
     rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>,
     tx: mpsc::UnboundedSender<Incoming>,
     shutdown: watch::Sender<bool>,
@@ -1092,9 +1095,7 @@ impl QuicServer {
     ) -> io::Result<QuicServer> {
         let bad = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
         cfg.mux.validate().map_err(|e| bad(e.to_string()))?;
-        if cfg.max_connections == 0 {
-            return Err(bad("max_connections must be at least 1".into()));
-        }
+        cfg.validate_limits().map_err(bad)?;
         let transport = Arc::new(opts.transport().map_err(bad)?);
         let rustls = tls.current();
         let crypto = QuicServerConfig::try_from(rustls.clone()).map_err(|e| bad(e.to_string()))?;
@@ -1123,6 +1124,7 @@ impl QuicServer {
         let local_addr = endpoint.local_addr()?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (shutdown, _) = watch::channel(false);
+        let gate = cfg.handshake_gate();
         let inner = Arc::new(ServerInner {
             endpoint,
             local_addr,
@@ -1130,6 +1132,7 @@ impl QuicServer {
             tls,
             transport,
             conns: Mutex::new(HashMap::new()),
+            gate,
             rx: tokio::sync::Mutex::new(rx),
             tx,
             shutdown,
@@ -1228,16 +1231,37 @@ async fn accept_loop(inner: Arc<ServerInner>, mut rustls: Arc<rustls::ServerConf
             incoming.refuse();
             continue;
         }
+        // Under load, a source must show it receives at its address (a Retry round trip)
+        // before it takes a handshake slot, so spoofed Initials cannot fill them.
+        if inner.gate.busy() && !incoming.remote_address_validated() {
+            tracing::debug!(%peer, pending = inner.gate.pending(), "QUIC: address validation asked");
+            if let Err(e) = incoming.retry() {
+                e.into_incoming().refuse();
+            }
+            continue;
+        }
+        let permit = match inner.gate.try_enter(peer.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::warn!(%peer, reason = %why, "QUIC pool connection refused: too many handshakes");
+                incoming.refuse();
+                continue;
+            }
+        };
         let inner = inner.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_conn(&inner, incoming).await {
+            if let Err(e) = serve_conn(&inner, incoming, permit).await {
                 tracing::warn!(%peer, error = %e, "QUIC pool connection rejected");
             }
         });
     }
 }
 
-async fn serve_conn(inner: &Arc<ServerInner>, incoming: quinn::Incoming) -> io::Result<()> {
+async fn serve_conn(
+    inner: &Arc<ServerInner>,
+    incoming: quinn::Incoming,
+    permit: Permit,
+) -> io::Result<()> {
     let peer = incoming.remote_address();
     let hs = inner.cfg.mux.handshake_timeout;
     let conn = tokio::time::timeout(hs, incoming)
@@ -1282,11 +1306,23 @@ async fn serve_conn(inner: &Arc<ServerInner>, incoming: quinn::Incoming) -> io::
     let _ = reply.finish();
     let q = QConn::new(conn.clone(), None);
     let id = q.id();
-    inner
-        .conns
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(id, (session, q.clone()));
+    {
+        // Counted and inserted under one lock, so the limit holds exactly.
+        let mut conns = inner.conns.lock().unwrap_or_else(|p| p.into_inner());
+        if conns.len() >= inner.cfg.max_connections {
+            drop(conns);
+            conn.close(code(ErrorCode::ENHANCE_YOUR_CALM), b"too many connections");
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!(
+                    "too many connections ({} authenticated already)",
+                    inner.cfg.max_connections
+                ),
+            ));
+        }
+        conns.insert(id, (session, q.clone()));
+    }
+    drop(permit);
     tracing::info!(%peer, session, conn = id, "QUIC pool connection up");
     let why = loop {
         let (send, mut recv) = match conn.accept_bi().await {
@@ -1333,4 +1369,93 @@ async fn serve_conn(inner: &Arc<ServerInner>, incoming: quinn::Incoming) -> io::
         .remove(&id);
     tracing::info!(%peer, session, conn = id, reason = %why, "QUIC pool connection ended");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::{gen_keys, GenKeysOptions, TlsFiles};
+    use crate::{Pool, PoolConfig, Server};
+
+    fn files(dir: &std::path::Path, side: &str) -> TlsFiles {
+        TlsFiles {
+            cert: dir.join(format!("{side}.pem")),
+            key: dir.join(format!("{side}.key")),
+            ca: vec![dir.join("ca.pem")],
+        }
+    }
+
+    /// An authenticated QUIC connection from loopback address `from` that never sends its
+    /// HELLO; `Err` if the remote refused it.
+    async fn silent_from(
+        from: &str,
+        to: SocketAddr,
+        tls: &TlsClient,
+    ) -> Result<(Endpoint, Connection), quinn::ConnectionError> {
+        let endpoint = Endpoint::client(format!("{from}:0").parse().unwrap()).unwrap();
+        let (rustls, name) = tls.current();
+        let crypto = QuicClientConfig::try_from(rustls).unwrap();
+        let cc = quinn::ClientConfig::new(Arc::new(crypto));
+        let conn = endpoint
+            .connect_with(cc, to, &name.to_str())
+            .unwrap()
+            .await?;
+        Ok((endpoint, conn))
+    }
+
+    /// Authenticated peers that never send their HELLO hold handshake slots, at most
+    /// `max_handshakes_per_source` from one address, and the edge's own connection still comes
+    /// up; with half the slots taken it does so through a Retry.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn silent_peers_cannot_take_every_quic_handshake_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        gen_keys(dir.path(), &GenKeysOptions::default()).unwrap();
+        let cfg = ServerConfig {
+            max_handshakes: 4,
+            max_handshakes_per_source: 2,
+            mux: mux::Config {
+                handshake_timeout: Duration::from_secs(30),
+                ..mux::Config::default()
+            },
+            ..ServerConfig::default()
+        };
+        let tls = Arc::new(TlsServer::new(files(dir.path(), "remote")).unwrap());
+        let server = Server::bind_quic(
+            "127.0.0.1:0".parse().unwrap(),
+            cfg,
+            tls,
+            QuicOptions::default(),
+        )
+        .await
+        .unwrap();
+        let addr = server.local_addr();
+        let client =
+            Arc::new(TlsClient::new(files(dir.path(), "edge"), "longhaul-remote").unwrap());
+        let mut silent = Vec::new();
+        for _ in 0..2 {
+            silent.push(silent_from("127.0.0.2", addr, &client).await.unwrap());
+        }
+        let refused = silent_from("127.0.0.2", addr, &client).await.unwrap_err();
+        assert!(
+            matches!(refused, quinn::ConnectionError::ConnectionClosed(_)),
+            "{refused}"
+        );
+        let pool = Pool::start_quic(
+            PoolConfig {
+                remote: addr.to_string(),
+                connections: 1,
+                ..PoolConfig::default()
+            },
+            client,
+            QuicOptions::default(),
+        )
+        .unwrap();
+        assert!(pool.ready(Duration::from_secs(5)).await);
+        assert_eq!(server.stats().len(), 1);
+        // The silent connections are still open, waiting for their handshake timeout.
+        for (_, c) in &silent {
+            assert!(c.close_reason().is_none());
+        }
+        pool.close(Duration::from_millis(100)).await;
+    }
 }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use tokio::task::JoinHandle;
 use crate::carrier::{PlainTcp, TcpCarrier, Upgrader};
 use crate::config::ServerConfig;
 use crate::driver::run_lane;
+use crate::gate::{self, HandshakeGate};
 use crate::queue::OpenQueue;
 use crate::quic::{QuicOptions, QuicServer};
 use crate::shared::Shared;
@@ -52,8 +54,10 @@ struct ServerInner {
     rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>,
     tx: mpsc::UnboundedSender<Incoming>,
     shutdown: watch::Sender<bool>,
-    /// Live pool connections (at most `cfg.max_connections`).
+    /// Live authenticated pool connections (at most `cfg.max_connections`).
     live: std::sync::atomic::AtomicUsize,
+    /// Connections still in their handshake.
+    gate: HandshakeGate,
 }
 
 impl std::fmt::Debug for Server {
@@ -141,12 +145,8 @@ impl MuxServer {
         cfg.mux
             .validate()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        if cfg.max_connections == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "max_connections must be at least 1",
-            ));
-        }
+        cfg.validate_limits()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let sock = socket2::Socket::new(
             socket2::Domain::for_address(addr),
             socket2::Type::STREAM,
@@ -162,6 +162,7 @@ impl MuxServer {
         let (shutdown, _) = watch::channel(false);
         let inner = Arc::new(ServerInner {
             local_addr,
+            gate: cfg.handshake_gate(),
             cfg,
             upgrader,
             sessions: Mutex::new(HashMap::new()),
@@ -278,9 +279,9 @@ async fn accept_loop(inner: Weak<ServerInner>, listener: TcpListener) {
         let Some(server) = inner.upgrade() else {
             return;
         };
-        use std::sync::atomic::Ordering::SeqCst;
-        if server.live.fetch_add(1, SeqCst) >= server.cfg.max_connections {
-            server.live.fetch_sub(1, SeqCst);
+        // Refused before any handshake work when the authenticated connections are already
+        // at their limit; checked again once the HELLO is in.
+        if server.live.load(SeqCst) >= server.cfg.max_connections {
             tracing::warn!(
                 %peer,
                 max = server.cfg.max_connections,
@@ -289,16 +290,52 @@ async fn accept_loop(inner: Weak<ServerInner>, listener: TcpListener) {
             drop(stream);
             continue;
         }
+        let permit = match server.gate.try_enter(peer.ip()) {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::warn!(%peer, reason = %why, "pool connection refused: too many handshakes");
+                drop(stream);
+                continue;
+            }
+        };
         tokio::spawn(async move {
-            if let Err(e) = serve_conn(server.clone(), stream).await {
+            if let Err(e) = serve_conn(server, stream, permit).await {
                 tracing::warn!(%peer, error = %e, "pool connection rejected");
             }
-            server.live.fetch_sub(1, SeqCst);
         });
     }
 }
 
-async fn serve_conn(server: Arc<ServerInner>, stream: TcpStream) -> io::Result<()> {
+/// One authenticated connection counted in `ServerInner::live` while it lives.
+struct LiveSlot(Arc<ServerInner>);
+
+impl LiveSlot {
+    fn take(server: &Arc<ServerInner>) -> io::Result<LiveSlot> {
+        if server.live.fetch_add(1, SeqCst) >= server.cfg.max_connections {
+            server.live.fetch_sub(1, SeqCst);
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!(
+                    "too many connections ({} authenticated already)",
+                    server.cfg.max_connections
+                ),
+            ));
+        }
+        Ok(LiveSlot(server.clone()))
+    }
+}
+
+impl Drop for LiveSlot {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, SeqCst);
+    }
+}
+
+async fn serve_conn(
+    server: Arc<ServerInner>,
+    stream: TcpStream,
+    permit: gate::Permit,
+) -> io::Result<()> {
     let tcp = TcpCarrier::new(stream, &server.cfg.socket)?;
     let mut carrier = tokio::time::timeout(
         server.cfg.mux.handshake_timeout,
@@ -334,6 +371,10 @@ async fn serve_conn(server: Arc<ServerInner>, stream: TcpStream) -> io::Result<(
             "HELLO from a non-edge peer",
         ));
     }
+    // Authenticated (by the upgrader) and introduced: it leaves the handshake slots for the
+    // connection slots.
+    let _slot = LiveSlot::take(&server)?;
+    drop(permit);
     let shared = {
         let mut map = server.sessions.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(hello.session)

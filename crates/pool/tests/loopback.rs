@@ -265,6 +265,82 @@ async fn server_caps_its_connections() {
     pool.close(Duration::from_millis(100)).await;
 }
 
+/// A TCP connection to `to` from loopback address `from` that sends nothing.
+async fn silent_from(from: &str, to: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    sock.connect(to).await.unwrap()
+}
+
+/// Whether the server has closed `s` (EOF or reset) within `wait`.
+async fn closed_within(s: &mut tokio::net::TcpStream, wait: Duration) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        tokio::time::timeout(wait, s.read(&mut b)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// Connections that never send their HELLO hold handshake slots only: they do not count toward
+/// `max_connections`, and one source cannot hold more than `max_handshakes_per_source`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_take_neither_the_edges_places_nor_every_handshake_slot() {
+    let cfg = ServerConfig {
+        max_connections: 2,
+        max_handshakes_per_source: 3,
+        mux: mux::Config {
+            handshake_timeout: Duration::from_secs(30),
+            ..mux::Config::default()
+        },
+        ..ServerConfig::default()
+    };
+    let server = std::sync::Arc::new(
+        Server::bind("127.0.0.1:0".parse().unwrap(), cfg)
+            .await
+            .unwrap(),
+    );
+    spawn_echo(server.clone());
+    let addr = server.local_addr();
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(silent_from("127.0.0.2", addr).await);
+    }
+    // The fourth from the same address is closed at once, long before the handshake timeout.
+    let mut fourth = silent_from("127.0.0.2", addr).await;
+    assert!(closed_within(&mut fourth, Duration::from_secs(5)).await);
+    // An edge from another address still gets both of its connections.
+    let pool = Pool::start(pool_cfg(addr, 2));
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.stats().len(), 2);
+    echo_once(&pool, 5, 10_000).await.unwrap();
+    // The silent ones are still waiting for their handshake timeout, not closed.
+    for s in &mut silent {
+        assert!(!closed_within(s, Duration::from_millis(100)).await);
+    }
+    pool.close(Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn a_zero_handshake_limit_is_refused_at_bind() {
+    for cfg in [
+        ServerConfig {
+            max_handshakes: 0,
+            ..ServerConfig::default()
+        },
+        ServerConfig {
+            max_handshakes_per_source: 0,
+            ..ServerConfig::default()
+        },
+    ] {
+        let e = Server::bind("127.0.0.1:0".parse().unwrap(), cfg)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("max_handshakes"), "{e}");
+    }
+}
+
 /// A peer that has read a whole request (FIN received) and now waits on other
 /// work learns from its `ResetWatch` when the opener abandons the stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
