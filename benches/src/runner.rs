@@ -87,6 +87,22 @@ impl Suite {
         }
     }
 
+    /// Those of `failed` (systems that could not start) that the cell of `workload`, `client`
+    /// and `scheme` would have measured. A cell missing any is not checkpointed: `--resume`
+    /// measures it again, whole, once they start.
+    pub fn missing_in_cell<'a>(
+        &self,
+        failed: &'a [SystemSpec],
+        workload: &str,
+        client: &str,
+        scheme: &str,
+    ) -> Vec<&'a SystemSpec> {
+        failed
+            .iter()
+            .filter(|s| s.unsupported(scheme).is_none() && self.measures(s, workload, client))
+            .collect()
+    }
+
     /// The settings a checkpoint must match to be resumed: everything that decides what a cell
     /// measures and how (not the profiles and workloads, which only pick cells).
     pub fn settings(&self) -> String {
@@ -553,6 +569,7 @@ fn run_profile(
     }
     let mut rows = Vec::new();
     let mut running: Vec<Running> = Vec::new();
+    let mut failed: Vec<SystemSpec> = Vec::new();
     let mut lh = 0;
     for spec in &suite.systems {
         if spec.unsupported("http").is_some() {
@@ -578,6 +595,7 @@ fn run_profile(
             }
             Err(e) => {
                 (cx.log)(&format!("   could not start {}: {e:#}", spec.label()));
+                failed.push(spec.clone());
                 for w in &suite.workloads {
                     for c in &suite.clients {
                         if !suite.measures(spec, w, c) {
@@ -712,11 +730,20 @@ fn run_profile(
             ));
             cell_rows.push(row);
         }
-        cp.record(Cell {
-            cell: key,
-            rows: cell_rows.clone(),
-            load: Vec::new(),
-        })?;
+        let missing = suite.missing_in_cell(&failed, wid, client, scheme);
+        if missing.is_empty() {
+            cp.record(Cell {
+                cell: key,
+                rows: cell_rows.clone(),
+                load: Vec::new(),
+            })?;
+        } else {
+            let names: Vec<String> = missing.iter().map(|s| s.label()).collect();
+            (cx.log)(&format!(
+                "   {key}: not checkpointed, {} did not start; --resume measures it again",
+                names.join(", ")
+            ));
+        }
         rows.extend(cell_rows);
     }
     if !suite.initcwnds.is_empty() {
@@ -811,11 +838,18 @@ fn run_profile(
                 std::thread::sleep(suite.gap);
             }
         }
-        cp.record(Cell {
-            cell: LOAD_CELL.into(),
-            rows: Vec::new(),
-            load: load.clone(),
-        })?;
+        if failed.is_empty() {
+            cp.record(Cell {
+                cell: LOAD_CELL.into(),
+                rows: Vec::new(),
+                load: load.clone(),
+            })?;
+        } else {
+            (cx.log)(
+                "   offered load: not checkpointed, some systems did not start; \
+                 --resume measures it again",
+            );
+        }
     }
     Ok(Outcome { rows, load })
 }
@@ -931,6 +965,30 @@ mod tests {
         );
         assert_eq!(missing_programs(&want, None), want);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_cell_is_incomplete_only_without_a_system_it_measures() {
+        let s = suite(Some(vec!["yahoo".into()]));
+        let failed = vec![
+            SystemSpec::longhaul(1, "bbr", "least-outstanding"),
+            SystemSpec::plain("haproxy-h2"),
+        ];
+        let labels = |w, c, sch| -> Vec<String> {
+            s.missing_in_cell(&failed, w, c, sch)
+                .iter()
+                .map(|x| x.label())
+                .collect()
+        };
+        // The N=1 variant runs only on the sweep page with replay; HAProxy only over http.
+        assert_eq!(
+            labels("yahoo", "replay", "http"),
+            [failed[0].label(), failed[1].label()]
+        );
+        assert_eq!(labels("yahoo", "replay", "https"), [failed[0].label()]);
+        assert_eq!(labels("google", "replay", "http"), [failed[1].label()]);
+        assert!(labels("google", "chromium", "https").is_empty());
+        assert!(s.missing_in_cell(&[], "yahoo", "replay", "http").is_empty());
     }
 
     #[test]
