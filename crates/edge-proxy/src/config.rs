@@ -156,9 +156,10 @@ impl QuicSection {
             initial_window: self.initial_window,
             keep_alive: Duration::from_millis(self.keep_alive_ms),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
-            ..pool::quic::QuicOptions::for_link(
+            ..pool::quic::QuicOptions::for_link_bdps(
                 Duration::from_millis(u64::from(link.rtt_ms)),
                 u64::from(link.rate_mbit) * 1_000_000,
+                link.stream_window_bdp,
             )
         }
     }
@@ -179,6 +180,11 @@ pub struct LinkConfig {
     pub rtt_ms: u32,
     /// Rate in Mbit/s.
     pub rate_mbit: u32,
+    /// Per-stream window in bandwidth-delay products (this side's receive window for each
+    /// stream: the edge's limits replies, the remote's uploads). A wider window lets one large
+    /// transfer ride out loss on the long link and costs concurrent streams per session
+    /// (`mux::Config::for_link_bdps`).
+    pub stream_window_bdp: u32,
 }
 
 impl Default for LinkConfig {
@@ -186,6 +192,7 @@ impl Default for LinkConfig {
         LinkConfig {
             rtt_ms: DEFAULT_LINK_RTT_MS,
             rate_mbit: DEFAULT_LINK_RATE_MBIT,
+            stream_window_bdp: mux::config::DEFAULT_STREAM_WINDOW_BDPS,
         }
     }
 }
@@ -205,6 +212,13 @@ impl LinkConfig {
             return Err(format!(
                 "link.rate_mbit {} must be in 1..=400000",
                 self.rate_mbit
+            ));
+        }
+        let max = mux::config::MAX_STREAM_WINDOW_BDPS;
+        if !(1..=max).contains(&self.stream_window_bdp) {
+            return Err(format!(
+                "link.stream_window_bdp {} must be in 1..={max}",
+                self.stream_window_bdp
             ));
         }
         Ok(())
@@ -759,7 +773,48 @@ mod tests {
         let l = LinkConfig {
             rtt_ms: 120,
             rate_mbit: 34,
+            ..LinkConfig::default()
         };
         assert_eq!(l.bdp_bytes(), 510_000);
+    }
+
+    #[test]
+    fn the_stream_window_follows_link_stream_window_bdp() {
+        let c: EdgeConfig = toml::from_str(
+            "[link]
+rtt_ms = 200
+rate_mbit = 10
+stream_window_bdp = 4
+",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let m = crate::pool_transport::mux_config(&c.link);
+        assert_eq!(m.stream_window, 1_000_000);
+        let q = c.pool.quic.options(&c.link, "bbr");
+        assert_eq!(q.stream_receive_window, 1_000_000);
+        assert_eq!(q.max_streams, m.max_streams);
+        // Absent, it is the default of two.
+        let d: EdgeConfig = toml::from_str(
+            "[link]
+rtt_ms = 200
+rate_mbit = 10
+",
+        )
+        .unwrap();
+        assert_eq!(
+            crate::pool_transport::mux_config(&d.link).stream_window,
+            500_000
+        );
+        for bad in [0, 17] {
+            let c: EdgeConfig = toml::from_str(&format!(
+                "[link]
+stream_window_bdp = {bad}
+"
+            ))
+            .unwrap();
+            let e = c.validate().unwrap_err();
+            assert!(e.contains("link.stream_window_bdp"), "{e}");
+        }
     }
 }

@@ -67,6 +67,9 @@ struct Args {
     /// Rate of the long link in Mbit/s.
     #[arg(long)]
     link_rate_mbit: Option<u32>,
+    /// Per-stream window in bandwidth-delay products (`link.stream_window_bdp`).
+    #[arg(long)]
+    stream_window_bdp: Option<u32>,
     /// Log format.
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
@@ -172,6 +175,9 @@ fn load(args: &Args) -> anyhow::Result<EdgeConfig> {
     }
     if let Some(v) = args.link_rate_mbit {
         cfg.link.rate_mbit = v;
+    }
+    if let Some(v) = args.stream_window_bdp {
+        cfg.link.stream_window_bdp = v;
     }
     if let Some(v) = args.log_format {
         cfg.log_format = v;

@@ -75,9 +75,10 @@ pub fn far_code(code: ErrorCode) -> FarCode {
 
 /// Protocol limits for the configured link (windows = bandwidth-delay product).
 pub fn mux_config(link: &LinkConfig) -> mux::Config {
-    mux::Config::for_link(
+    mux::Config::for_link_bdps(
         Duration::from_millis(u64::from(link.rtt_ms)),
         u64::from(link.rate_mbit) * 1_000_000,
+        link.stream_window_bdp,
     )
 }
 

@@ -16,6 +16,10 @@ pub const DEFAULT_MAX_FRAME_SIZE: u32 = 16 * 1024;
 pub const MIN_STREAM_WINDOW: u32 = 64 * 1024;
 /// Largest per-stream window [`Config::for_link`] picks, bytes.
 pub const MAX_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
+/// Per-stream window in bandwidth-delay products that [`Config::for_link`] picks.
+pub const DEFAULT_STREAM_WINDOW_BDPS: u32 = 2;
+/// Most bandwidth-delay products [`Config::for_link_bdps`] accepts for the stream window.
+pub const MAX_STREAM_WINDOW_BDPS: u32 = 16;
 /// Most concurrent streams we accept from the peer.
 pub const DEFAULT_MAX_STREAMS: u32 = 1024;
 /// Budget for bytes buffered for all streams in one direction (received but not
@@ -69,8 +73,14 @@ impl Default for Config {
 pub struct ConfigError(pub String);
 
 impl Config {
+    /// Limits sized for a link of round-trip time `rtt` and rate `rate_bps`, with the
+    /// stream window at [`DEFAULT_STREAM_WINDOW_BDPS`]; see [`Config::for_link_bdps`].
+    pub fn for_link(rtt: Duration, rate_bps: u64) -> Config {
+        Config::for_link_bdps(rtt, rate_bps, DEFAULT_STREAM_WINDOW_BDPS)
+    }
+
     /// Limits sized for a link of round-trip time `rtt` and rate `rate_bps`:
-    /// each stream's window is twice the bandwidth-delay product, clamped to
+    /// each stream's window is `bdps` (at least 1) times the bandwidth-delay product, clamped to
     /// [`MIN_STREAM_WINDOW`]..=[`MAX_STREAM_WINDOW`]. One BDP is not enough for
     /// one stream to fill the link: credit comes back only after a round trip
     /// plus the sender's queueing delay, and in steps of a quarter window
@@ -78,10 +88,12 @@ impl Config {
     /// 1.5 % random loss it reached 0.83 of direct, 4 × BDP matched it: benches/README.md,
     /// lossy);
     /// `max_streams` is [`DEFAULT_MAX_STREAMS`] lowered if needed so that
-    /// `max_streams × window` fits in [`DEFAULT_MAX_BUFFERED_BYTES`].
-    pub fn for_link(rtt: Duration, rate_bps: u64) -> Config {
+    /// `max_streams × window` fits in [`DEFAULT_MAX_BUFFERED_BYTES`]: a larger
+    /// window means fewer concurrent streams per session.
+    pub fn for_link_bdps(rtt: Duration, rate_bps: u64, bdps: u32) -> Config {
         let bdp = (rtt.as_secs_f64() * rate_bps as f64 / 8.0) as u64;
-        let window = (2 * bdp).clamp(u64::from(MIN_STREAM_WINDOW), u64::from(MAX_STREAM_WINDOW));
+        let window = (u64::from(bdps.max(1)) * bdp)
+            .clamp(u64::from(MIN_STREAM_WINDOW), u64::from(MAX_STREAM_WINDOW));
         let streams = (DEFAULT_MAX_BUFFERED_BYTES / window).min(u64::from(DEFAULT_MAX_STREAMS));
         Config {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
@@ -141,6 +153,26 @@ mod tests {
         assert_eq!(c.stream_window, 3_250_000);
         assert_eq!(c.max_streams, 330);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_wider_window_costs_concurrent_streams() {
+        let rtt = Duration::from_millis(200);
+        let two = Config::for_link_bdps(rtt, 10_000_000, 2);
+        assert_eq!(two, Config::for_link(rtt, 10_000_000));
+        let four = Config::for_link_bdps(rtt, 10_000_000, 4);
+        // 4 x 200 ms x 10 Mbit/s = 1 MB; the 1 GiB budget then holds 1073 such windows.
+        assert_eq!(four.stream_window, 1_000_000);
+        assert_eq!(four.max_streams, 1024);
+        let pacific = Config::for_link_bdps(DEFAULT_RTT, DEFAULT_RATE_BPS, 4);
+        assert_eq!(pacific.stream_window, 6_500_000);
+        assert_eq!(pacific.max_streams, 165);
+        pacific.validate().unwrap();
+        // Zero counts as one.
+        assert_eq!(
+            Config::for_link_bdps(rtt, 10_000_000, 0).stream_window,
+            250_000
+        );
     }
 
     #[test]

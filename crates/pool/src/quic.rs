@@ -125,7 +125,13 @@ impl QuicOptions {
     /// Windows sized from the link's bandwidth-delay product, with the same
     /// stream window and stream limit as the TCP pool's [`mux::Config::for_link`].
     pub fn for_link(rtt: Duration, rate_bps: u64) -> QuicOptions {
-        let m = mux::Config::for_link(rtt, rate_bps);
+        QuicOptions::for_link_bdps(rtt, rate_bps, mux::config::DEFAULT_STREAM_WINDOW_BDPS)
+    }
+
+    /// [`QuicOptions::for_link`] with the stream window at `bdps` bandwidth-delay products,
+    /// as [`mux::Config::for_link_bdps`].
+    pub fn for_link_bdps(rtt: Duration, rate_bps: u64, bdps: u32) -> QuicOptions {
+        let m = mux::Config::for_link_bdps(rtt, rate_bps, bdps);
         let bdp = ((rate_bps as u128 * rtt.as_micros()) / 8_000_000) as u64;
         let stream = u64::from(m.stream_window);
         QuicOptions {
