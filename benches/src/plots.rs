@@ -387,6 +387,7 @@ mod tests {
             congestion: Some("bbr".into()),
             policy: Some("least-outstanding".into()),
             initcwnd: None,
+            stream_window_bdp: None,
         };
         let rows = vec![
             Row::measured(

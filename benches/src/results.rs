@@ -37,6 +37,10 @@ pub struct Params {
     /// Initial congestion window set on the routes (segments), for the initial-window sweep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initcwnd: Option<u32>,
+    /// The edge's per-stream window in bandwidth-delay products (`link.stream_window_bdp`),
+    /// when the run set it (`--stream-window-bdps`); absent: the edge's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_window_bdp: Option<u32>,
 }
 
 impl Params {
@@ -54,6 +58,9 @@ impl Params {
         }
         if let Some(i) = self.initcwnd {
             parts.push(format!("iw={i}"));
+        }
+        if let Some(w) = self.stream_window_bdp {
+            parts.push(format!("window={w}bdp"));
         }
         parts.join(" ")
     }
@@ -505,6 +512,7 @@ mod tests {
             congestion: Some("bbr".into()),
             policy: Some("least-outstanding".into()),
             initcwnd: None,
+            stream_window_bdp: None,
         };
         vec![
             Row::measured(

@@ -69,6 +69,7 @@ impl SystemSpec {
                 congestion: Some(congestion.into()),
                 policy: Some(policy.into()),
                 initcwnd: None,
+                stream_window_bdp: None,
             },
         }
     }
@@ -166,6 +167,36 @@ pub fn main_variant(
         congestion.first()?,
         policies.first()?,
     ))
+}
+
+/// With stream windows given (`pageload --stream-window-bdps 2,4`), every variant of longhaul
+/// system `id` runs with the first, and its main variant also with each further one, side by
+/// side in the same cells. Nothing changes for the other systems or without windows.
+pub fn with_windows(
+    id: &str,
+    specs: &mut Vec<SystemSpec>,
+    main: &mut Option<SystemSpec>,
+    windows: &[u32],
+) {
+    let Some((first, rest)) = windows.split_first() else {
+        return;
+    };
+    if carrier_of(id).is_none() {
+        return;
+    }
+    for s in specs.iter_mut() {
+        s.params.stream_window_bdp = Some(*first);
+    }
+    if let Some(m) = main {
+        m.params.stream_window_bdp = Some(*first);
+        for w in rest {
+            let mut v = m.clone();
+            v.params.stream_window_bdp = Some(*w);
+            if !specs.contains(&v) {
+                specs.push(v);
+            }
+        }
+    }
 }
 
 /// A started system: its processes and the proxy address clients use.
@@ -666,6 +697,10 @@ pub fn start(
                 "--link-rate-mbit".into(),
                 format!("{:.0}", (link.rate_bps / 1e6).max(1.0)),
             ];
+            let mut args = args;
+            if let Some(w) = p.stream_window_bdp {
+                args.extend(["--stream-window-bdp".into(), w.to_string()]);
+            }
             let bin = longhaul_bin("edge-proxy")?;
             let c = spawn(
                 bed,
@@ -722,6 +757,34 @@ mod tests {
             Some(SystemSpec::plain("direct"))
         );
         assert_eq!(main_variant("longhaul-tcp", &[10], &[], &pol), None);
+    }
+
+    #[test]
+    fn stream_windows_label_every_variant_and_add_the_main_one_at_each_further_window() {
+        let cc = vec!["bbr".to_string()];
+        let pol = vec!["least-outstanding".to_string()];
+        let mut v = variants("longhaul-quic", &[1, 10], &cc, &pol);
+        let mut m = main_variant("longhaul-quic", &[1, 10], &cc, &pol);
+        with_windows("longhaul-quic", &mut v, &mut m, &[2, 4]);
+        let labels: Vec<String> = v.iter().map(|s| s.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "longhaul-quic N=1 bbr least-outstanding window=2bdp",
+                "longhaul-quic N=10 bbr least-outstanding window=2bdp",
+                "longhaul-quic N=10 bbr least-outstanding window=4bdp",
+            ]
+        );
+        assert_eq!(m.unwrap().params.stream_window_bdp, Some(2));
+        // No windows, or not a longhaul system: unchanged.
+        let mut d = vec![SystemSpec::plain("direct")];
+        let mut dm = Some(SystemSpec::plain("direct"));
+        with_windows("direct", &mut d, &mut dm, &[2, 4]);
+        assert_eq!(d, [SystemSpec::plain("direct")]);
+        let before = variants("longhaul-tcp", &[10], &cc, &pol);
+        let mut t = before.clone();
+        with_windows("longhaul-tcp", &mut t, &mut None, &[]);
+        assert_eq!(t, before);
     }
 
     #[test]

@@ -130,6 +130,11 @@ struct SuiteArgs {
     /// longhaul stream placement policies.
     #[arg(long, value_delimiter = ',')]
     policies: Option<Vec<String>>,
+    /// The edges' per-stream windows in bandwidth-delay products (`link.stream_window_bdp`):
+    /// every longhaul variant runs with the first, the main variant also with each further
+    /// one, side by side. Absent: the edge's default, unlabelled.
+    #[arg(long, value_delimiter = ',')]
+    stream_window_bdps: Option<Vec<u32>>,
     /// Initial windows to sweep (empty: none).
     #[arg(long, value_delimiter = ',')]
     initcwnds: Option<Vec<u32>>,
@@ -381,6 +386,11 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
             strs(&["least-outstanding"])
         }
     });
+    let windows = a.stream_window_bdps.as_deref().unwrap_or(&[]);
+    let max = mux::config::MAX_STREAM_WINDOW_BDPS;
+    if let Some(w) = windows.iter().find(|w| !(1..=max).contains(*w)) {
+        bail!("--stream-window-bdps: {w} is not in 1..={max}");
+    }
     let mut specs = Vec::new();
     let mut main_variants = Vec::new();
     for s in &systems {
@@ -397,8 +407,11 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         }
         // longhaul-tcp and longhaul-quic: the pool-size sweep with the first congestion
         // control and policy; the other congestion controls and policies at the default size.
-        specs.extend(systems::variants(s, &pools, &congestion, &policies));
-        main_variants.extend(systems::main_variant(s, &pools, &congestion, &policies));
+        let mut v = systems::variants(s, &pools, &congestion, &policies);
+        let mut m = systems::main_variant(s, &pools, &congestion, &policies);
+        systems::with_windows(s, &mut v, &mut m, windows);
+        specs.extend(v);
+        main_variants.extend(m);
     }
     let workloads = a.workloads.clone().unwrap_or(workloads);
     let known = workload::all_ids();
