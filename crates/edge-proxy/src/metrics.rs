@@ -68,6 +68,8 @@ impl MetricsConfig {
 pub type StatsSource = Arc<dyn Fn() -> Vec<pool::ConnStats> + Send + Sync>;
 /// Reads how many opens of one pool wait for a stream slot now (`Pool::open_waiting`).
 pub type WaitingSource = Arc<dyn Fn() -> usize + Send + Sync>;
+/// Reads a remote's admission of pool connections (`Server::admission`).
+pub type AdmissionSource = Arc<dyn Fn() -> pool::AdmissionStats + Send + Sync>;
 
 type Labels1 = [(&'static str, String); 1];
 type ConnLabels = [(&'static str, String); 4];
@@ -93,6 +95,10 @@ pub struct Metrics {
     quic_sent: Family<ConnLabels, Gauge>,
     quic_congestion: Family<ConnLabels, Gauge>,
     open_waiting: Family<Labels1, Gauge>,
+    handshakes_pending: Family<Labels1, Gauge>,
+    refused: Family<[(&'static str, String); 2], Gauge>,
+    /// Remote pool servers whose admission is read at scrape time.
+    admission: Mutex<Vec<(String, AdmissionSource)>>,
     /// Pools whose connections are read at scrape time, with the label that names each.
     sources: Mutex<Vec<(String, StatsSource)>>,
     /// Edge pools whose queue of opens waiting for a stream slot is read at scrape time.
@@ -128,6 +134,9 @@ impl Metrics {
             quic_sent: Family::default(),
             quic_congestion: Family::default(),
             open_waiting: Family::default(),
+            handshakes_pending: Family::default(),
+            refused: Family::default(),
+            admission: Mutex::new(Vec::new()),
             sources: Mutex::new(Vec::new()),
             waiting: Mutex::new(Vec::new()),
             scrape: tokio::sync::Mutex::new(()),
@@ -224,7 +233,28 @@ impl Metrics {
              its stream limit (edge)",
             m.open_waiting.clone(),
         );
+        registry.register(
+            "pool_handshakes_pending",
+            "Pool connections in their TLS or QUIC handshake, before their HELLO (remote)",
+            m.handshakes_pending.clone(),
+        );
+        registry.register(
+            "pool_refused_connections",
+            "Pool connections closed since start, by reason: handshakes (max_handshakes in \
+             their handshake), per-source (max_handshakes_per_source from that address), \
+             connections (max_connections up) (remote)",
+            m.refused.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Reads the admission of the remote pool server `pool` at every scrape (labelled
+    /// `pool="<name>"`).
+    pub fn add_admission(&self, name: impl Into<String>, source: AdmissionSource) {
+        self.admission
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.into(), source));
     }
 
     /// Reads the pool connections of `pool` at every scrape (labelled `pool="<name>"`).
@@ -269,6 +299,29 @@ impl Metrics {
         self.quic_sent.clear();
         self.quic_congestion.clear();
         self.open_waiting.clear();
+        self.handshakes_pending.clear();
+        self.refused.clear();
+        let admission = self
+            .admission
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (name, source) in admission {
+            let a = source();
+            let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            self.handshakes_pending
+                .get_or_create(&[("pool", name.clone())])
+                .set(g(a.handshakes_pending as u64));
+            for (reason, n) in [
+                ("handshakes", a.refused_handshakes),
+                ("per-source", a.refused_per_source),
+                ("connections", a.refused_connections),
+            ] {
+                self.refused
+                    .get_or_create(&[("pool", name.clone()), ("reason", reason.into())])
+                    .set(g(n));
+            }
+        }
         let waiting = self
             .waiting
             .lock()
@@ -532,5 +585,27 @@ mod tests {
             text.contains("longhaul_pool_open_waiting{pool=\"queue-test:4443\"} 0"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn pool_admission_is_read_at_scrape_time() {
+        global().add_admission(
+            "admission-test",
+            Arc::new(|| pool::AdmissionStats {
+                handshakes_pending: 5,
+                refused_handshakes: 0,
+                refused_per_source: 7,
+                refused_connections: 2,
+            }),
+        );
+        let text = global().render().await;
+        for line in [
+            "longhaul_pool_handshakes_pending{pool=\"admission-test\"} 5",
+            "longhaul_pool_refused_connections{pool=\"admission-test\",reason=\"per-source\"} 7",
+            "longhaul_pool_refused_connections{pool=\"admission-test\",reason=\"connections\"} 2",
+            "longhaul_pool_refused_connections{pool=\"admission-test\",reason=\"handshakes\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
     }
 }

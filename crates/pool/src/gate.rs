@@ -16,11 +16,26 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-/// Counts of connections in their handshake.
+/// Counts of connections in their handshake, and of those turned away.
 #[derive(Debug, Default)]
 struct State {
     total: usize,
     by_source: HashMap<IpAddr, usize>,
+    refused: AdmissionStats,
+}
+
+/// What a remote's admission of pool connections looks like now ([`crate::Server::admission`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AdmissionStats {
+    /// Connections in their handshake (TLS or QUIC, then HELLO) now.
+    pub handshakes_pending: usize,
+    /// Connections closed since start because `max_handshakes` were in their handshake.
+    pub refused_handshakes: u64,
+    /// Connections closed since start because their source address had
+    /// `max_handshakes_per_source` in their handshake.
+    pub refused_per_source: u64,
+    /// Connections closed since start because `max_connections` authenticated ones were up.
+    pub refused_connections: u64,
 }
 
 /// Limits on connections in their handshake (see the module doc).
@@ -76,10 +91,12 @@ impl HandshakeGate {
         let source = source.to_canonical();
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.total >= self.max_total {
+            st.refused.refused_handshakes += 1;
             return Err(Refusal::Total(self.max_total));
         }
         let n = st.by_source.entry(source).or_insert(0);
         if *n >= self.max_per_source {
+            st.refused.refused_per_source += 1;
             return Err(Refusal::Source(self.max_per_source));
         }
         *n += 1;
@@ -93,6 +110,24 @@ impl HandshakeGate {
     /// Connections in their handshake now.
     pub(crate) fn pending(&self) -> usize {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).total
+    }
+
+    /// Counts a connection closed because the authenticated connections were at their limit.
+    pub(crate) fn refused_connection(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .refused
+            .refused_connections += 1;
+    }
+
+    /// Pending handshakes and refusals so far.
+    pub(crate) fn stats(&self) -> AdmissionStats {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        AdmissionStats {
+            handshakes_pending: st.total,
+            ..st.refused
+        }
     }
 
     /// Whether at least half the slots are taken: the QUIC server then asks sources whose
@@ -138,6 +173,16 @@ mod tests {
         // A finished handshake frees its source's slot.
         drop(a1);
         let _a3 = gate.try_enter(ip("192.0.2.1")).unwrap();
+        gate.refused_connection();
+        assert_eq!(
+            gate.stats(),
+            AdmissionStats {
+                handshakes_pending: 3,
+                refused_handshakes: 0,
+                refused_per_source: 1,
+                refused_connections: 1,
+            }
+        );
     }
 
     #[test]
@@ -152,6 +197,7 @@ mod tests {
             gate.try_enter(ip("192.0.2.4")).unwrap_err(),
             Refusal::Total(3)
         );
+        assert_eq!(gate.stats().refused_handshakes, 1);
         drop(permits);
         assert_eq!(gate.pending(), 0);
         assert!(!gate.busy());

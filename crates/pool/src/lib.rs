@@ -79,6 +79,7 @@ pub use carrier::{
 };
 pub use config::*;
 pub use edge::Pool;
+pub use gate::AdmissionStats;
 pub use mux::{ErrorCode, Kind, Policy};
 pub use server::Server;
 pub use stats::{ConnStats, LaneState, PoolLoad};

@@ -1197,6 +1197,10 @@ impl QuicServer {
         let _ = tokio::time::timeout(Duration::from_secs(3), self.inner.endpoint.wait_idle()).await;
     }
 
+    pub(crate) fn admission(&self) -> crate::AdmissionStats {
+        self.inner.gate.stats()
+    }
+
     pub(crate) fn stats(&self) -> Vec<ConnStats> {
         let mut v: Vec<_> = self
             .inner
@@ -1233,6 +1237,7 @@ async fn accept_loop(inner: Arc<ServerInner>, mut rustls: Arc<rustls::ServerConf
         let peer = incoming.remote_address();
         let live = inner.conns.lock().unwrap_or_else(|p| p.into_inner()).len();
         if live >= inner.cfg.max_connections {
+            inner.gate.refused_connection();
             tracing::warn!(%peer, max = inner.cfg.max_connections, "QUIC pool connection refused: too many connections");
             incoming.refuse();
             continue;
@@ -1317,6 +1322,7 @@ async fn serve_conn(
         let mut conns = inner.conns.lock().unwrap_or_else(|p| p.into_inner());
         if conns.len() >= inner.cfg.max_connections {
             drop(conns);
+            inner.gate.refused_connection();
             conn.close(code(ErrorCode::ENHANCE_YOUR_CALM), b"too many connections");
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
@@ -1446,6 +1452,8 @@ mod tests {
             matches!(refused, quinn::ConnectionError::ConnectionClosed(_)),
             "{refused}"
         );
+        let a = server.admission();
+        assert_eq!((a.handshakes_pending, a.refused_per_source), (2, 1));
         let pool = Pool::start_quic(
             PoolConfig {
                 remote: addr.to_string(),

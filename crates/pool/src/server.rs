@@ -24,7 +24,7 @@ use crate::quic::{QuicOptions, QuicServer};
 use crate::shared::Shared;
 use crate::stats::{collect, ConnStats};
 use crate::tls::TlsServer;
-use crate::Incoming;
+use crate::{AdmissionStats, Incoming};
 
 /// Remote side: accepts pool connections and yields the streams edges open.
 ///
@@ -124,6 +124,14 @@ impl Server {
         match &self.mode {
             Mode::Mux(m) => m.shutdown(grace).await,
             Mode::Quic(q) => q.shutdown(grace).await,
+        }
+    }
+
+    /// Connections in their handshake now, and those refused since start, by reason.
+    pub fn admission(&self) -> AdmissionStats {
+        match &self.mode {
+            Mode::Mux(m) => m.inner.gate.stats(),
+            Mode::Quic(q) => q.admission(),
         }
     }
 
@@ -282,6 +290,7 @@ async fn accept_loop(inner: Weak<ServerInner>, listener: TcpListener) {
         // Refused before any handshake work when the authenticated connections are already
         // at their limit; checked again once the HELLO is in.
         if server.live.load(SeqCst) >= server.cfg.max_connections {
+            server.gate.refused_connection();
             tracing::warn!(
                 %peer,
                 max = server.cfg.max_connections,
@@ -313,6 +322,7 @@ impl LiveSlot {
     fn take(server: &Arc<ServerInner>) -> io::Result<LiveSlot> {
         if server.live.fetch_add(1, SeqCst) >= server.cfg.max_connections {
             server.live.fetch_sub(1, SeqCst);
+            server.gate.refused_connection();
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
                 format!(

@@ -308,6 +308,8 @@ async fn silent_connections_take_neither_the_edges_places_nor_every_handshake_sl
     // The fourth from the same address is closed at once, long before the handshake timeout.
     let mut fourth = silent_from("127.0.0.2", addr).await;
     assert!(closed_within(&mut fourth, Duration::from_secs(5)).await);
+    let a = server.admission();
+    assert_eq!((a.handshakes_pending, a.refused_per_source), (3, 1));
     // An edge from another address still gets both of its connections.
     let pool = Pool::start(pool_cfg(addr, 2));
     assert!(pool.ready(Duration::from_secs(5)).await);
@@ -318,6 +320,8 @@ async fn silent_connections_take_neither_the_edges_places_nor_every_handshake_sl
     for s in &mut silent {
         assert!(!closed_within(s, Duration::from_millis(100)).await);
     }
+    assert_eq!(server.admission().handshakes_pending, 3);
+    assert_eq!(server.admission().refused_connections, 0);
     pool.close(Duration::from_millis(100)).await;
 }
 

@@ -230,6 +230,8 @@ async fn run(
     {
         let s = server.clone();
         edge_proxy::metrics::global().add_pool("edges", Arc::new(move || s.stats()));
+        let s = server.clone();
+        edge_proxy::metrics::global().add_admission("edges", Arc::new(move || s.admission()));
     }
     let metrics = edge_proxy::metrics::start(&cfg.metrics).await?;
     tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread, log));
