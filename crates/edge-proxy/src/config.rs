@@ -793,7 +793,8 @@ stream_window_bdp = 4
         assert_eq!(m.stream_window, 1_000_000);
         let q = c.pool.quic.options(&c.link, "bbr");
         assert_eq!(q.stream_receive_window, 1_000_000);
-        assert_eq!(q.max_streams, m.max_streams);
+        // QUIC's connection windows bound its buffers, so its stream limit does not shrink.
+        assert_eq!(q.max_streams, mux::config::DEFAULT_MAX_STREAMS);
         // Absent, it is the default of two.
         let d: EdgeConfig = toml::from_str(
             "[link]

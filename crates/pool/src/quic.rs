@@ -130,6 +130,12 @@ impl QuicOptions {
 
     /// [`QuicOptions::for_link`] with the stream window at `bdps` bandwidth-delay products,
     /// as [`mux::Config::for_link_bdps`].
+    ///
+    /// The stream limit is [`mux::config::DEFAULT_MAX_STREAMS`] whatever the window: QUIC's
+    /// connection-level flow control (`receive_window`, `send_window`) bounds the bytes a
+    /// connection buffers however many streams it carries, so the limit need not shrink as the
+    /// TCP pool's must (there, without a session-wide window, streams × window has to fit the
+    /// budget).
     pub fn for_link_bdps(rtt: Duration, rate_bps: u64, bdps: u32) -> QuicOptions {
         let m = mux::Config::for_link_bdps(rtt, rate_bps, bdps);
         let bdp = ((rate_bps as u128 * rtt.as_micros()) / 8_000_000) as u64;
@@ -142,7 +148,7 @@ impl QuicOptions {
                 .max(MIN_CONN_WINDOW)
                 .max(stream),
             send_window: (DEFAULT_SEND_WINDOW_BDPS * bdp).max(MIN_CONN_WINDOW),
-            max_streams: m.max_streams,
+            max_streams: mux::config::DEFAULT_MAX_STREAMS,
             keep_alive: DEFAULT_KEEP_ALIVE,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             initial_rtt: rtt,
