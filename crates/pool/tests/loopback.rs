@@ -13,6 +13,17 @@ async fn echo_server() -> Server {
     server
 }
 
+/// An echo server bound with `cfg`, already serving.
+async fn serving_echo(cfg: ServerConfig) -> std::sync::Arc<Server> {
+    let server = std::sync::Arc::new(
+        Server::bind("127.0.0.1:0".parse().unwrap(), cfg)
+            .await
+            .unwrap(),
+    );
+    spawn_echo(server.clone());
+    server
+}
+
 fn spawn_echo(server: std::sync::Arc<Server>) {
     tokio::spawn(async move {
         while let Some(inc) = server.accept().await {
@@ -244,12 +255,7 @@ async fn server_caps_its_connections() {
         max_connections: 2,
         ..ServerConfig::default()
     };
-    let server = std::sync::Arc::new(
-        Server::bind("127.0.0.1:0".parse().unwrap(), cfg)
-            .await
-            .unwrap(),
-    );
-    spawn_echo(server.clone());
+    let server = serving_echo(cfg).await;
     let pool = Pool::start(pool_cfg(server.local_addr(), 3));
     assert!(pool.ready(Duration::from_secs(5)).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -294,12 +300,7 @@ async fn silent_connections_take_neither_the_edges_places_nor_every_handshake_sl
         },
         ..ServerConfig::default()
     };
-    let server = std::sync::Arc::new(
-        Server::bind("127.0.0.1:0".parse().unwrap(), cfg)
-            .await
-            .unwrap(),
-    );
-    spawn_echo(server.clone());
+    let server = serving_echo(cfg).await;
     let addr = server.local_addr();
     let mut silent = Vec::new();
     for _ in 0..3 {
