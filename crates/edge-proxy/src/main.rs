@@ -315,6 +315,9 @@ async fn run(
         let p = r.pool.clone();
         edge_proxy::metrics::global()
             .add_open_queue(r.name.clone(), Arc::new(move || p.open_waiting()));
+        let p = r.pool.clone();
+        edge_proxy::metrics::global()
+            .add_stream_limit(r.name.clone(), Arc::new(move || p.stream_limit()));
     }
     tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread, log));
     tracing::info!(

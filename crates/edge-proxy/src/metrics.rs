@@ -95,6 +95,9 @@ pub struct Metrics {
     quic_sent: Family<ConnLabels, Gauge>,
     quic_congestion: Family<ConnLabels, Gauge>,
     open_waiting: Family<Labels1, Gauge>,
+    stream_limit: Family<Labels1, Gauge>,
+    /// Edge pools whose stream limit is read at scrape time.
+    limits: Mutex<Vec<(String, WaitingSource)>>,
     handshakes_pending: Family<Labels1, Gauge>,
     refused: Family<[(&'static str, String); 2], Gauge>,
     /// Remote pool servers whose admission is read at scrape time.
@@ -134,6 +137,8 @@ impl Metrics {
             quic_sent: Family::default(),
             quic_congestion: Family::default(),
             open_waiting: Family::default(),
+            stream_limit: Family::default(),
+            limits: Mutex::new(Vec::new()),
             handshakes_pending: Family::default(),
             refused: Family::default(),
             admission: Mutex::new(Vec::new()),
@@ -234,6 +239,12 @@ impl Metrics {
             m.open_waiting.clone(),
         );
         registry.register(
+            "pool_stream_limit",
+            "Most streams (requests in flight and tunnels) the pool can have open at once now; \
+             compare with the sum of pool_connection_streams (edge)",
+            m.stream_limit.clone(),
+        );
+        registry.register(
             "pool_handshakes_pending",
             "Pool connections in their TLS or QUIC handshake, before their HELLO (remote)",
             m.handshakes_pending.clone(),
@@ -246,6 +257,14 @@ impl Metrics {
             m.refused.clone(),
         );
         Metrics { registry, ..m }
+    }
+
+    /// Reads the stream limit of `pool` at every scrape (labelled `pool="<name>"`).
+    pub fn add_stream_limit(&self, name: impl Into<String>, source: WaitingSource) {
+        self.limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.into(), source));
     }
 
     /// Reads the admission of the remote pool server `pool` at every scrape (labelled
@@ -301,6 +320,17 @@ impl Metrics {
         self.open_waiting.clear();
         self.handshakes_pending.clear();
         self.refused.clear();
+        self.stream_limit.clear();
+        let limits = self
+            .limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (name, source) in limits {
+            self.stream_limit
+                .get_or_create(&[("pool", name)])
+                .set(i64::try_from(source()).unwrap_or(i64::MAX));
+        }
         let admission = self
             .admission
             .lock()
@@ -583,6 +613,12 @@ mod tests {
         let text = global().render().await;
         assert!(
             text.contains("longhaul_pool_open_waiting{pool=\"queue-test:4443\"} 0"),
+            "{text}"
+        );
+        global().add_stream_limit("queue-test:4443", Arc::new(|| 330));
+        let text = global().render().await;
+        assert!(
+            text.contains("longhaul_pool_stream_limit{pool=\"queue-test:4443\"} 330"),
             "{text}"
         );
     }

@@ -598,6 +598,15 @@ impl Session {
         self.streams.len()
     }
 
+    /// Most streams this session may have open at once: the smaller of the peer's
+    /// `max_streams` (once its HELLO is in) and our own.
+    pub fn stream_limit(&self) -> u32 {
+        match self.peer {
+            Some(p) => p.max_streams.min(self.cfg.max_streams),
+            None => self.cfg.max_streams,
+        }
+    }
+
     /// Lanes, in id order.
     pub fn connections(&self) -> Vec<ConnSnapshot> {
         self.conns

@@ -236,6 +236,16 @@ impl Pool {
         }
     }
 
+    /// Most streams the pool can have open at once now: over TCP the session's limit (the
+    /// smaller of the two sides' `max_streams`), over QUIC the per-connection limit times the
+    /// connections that are up. Opens beyond it wait ([`Pool::open_waiting`]).
+    pub fn stream_limit(&self) -> usize {
+        match &self.mode {
+            Mode::Quic(q) => q.stream_limit(),
+            Mode::Mux(m) => m.shared.op(|i| i.session.stream_limit()) as usize,
+        }
+    }
+
     /// Per-connection health, one entry per slot.
     pub fn stats(&self) -> Vec<ConnStats> {
         match &self.mode {

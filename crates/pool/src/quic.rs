@@ -827,6 +827,16 @@ impl QuicPool {
         self.open_on(r, kind, target, first, start).await
     }
 
+    /// Streams the up connections can carry at once.
+    pub(crate) fn stream_limit(&self) -> usize {
+        let up = self
+            .stats()
+            .iter()
+            .filter(|c| c.state == LaneState::Up)
+            .count();
+        up * self.inner.stream_limit as usize
+    }
+
     pub(crate) fn open_waiting(&self) -> usize {
         self.inner.queue.waiting()
     }

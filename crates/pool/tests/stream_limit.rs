@@ -148,6 +148,8 @@ async fn finish(mut s: MuxStream, tag: &str) {
 
 /// A third open waits while two streams hold both slots, and goes out once one finishes.
 async fn third_open_waits_for_a_slot(pool: &Pool) {
+    // What the edge's `longhaul_pool_stream_limit` gauge reports.
+    assert_eq!(pool.stream_limit(), LIMIT as usize);
     let a = open(pool, "a").await.unwrap();
     let b = open(pool, "b").await.unwrap();
     let p = pool.clone();
