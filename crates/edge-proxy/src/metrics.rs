@@ -261,36 +261,24 @@ impl Metrics {
 
     /// Reads the stream limit of `pool` at every scrape (labelled `pool="<name>"`).
     pub fn add_stream_limit(&self, name: impl Into<String>, source: WaitingSource) {
-        self.limits
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((name.into(), source));
+        add_source(&self.limits, name.into(), source);
     }
 
     /// Reads the admission of the remote pool server `pool` at every scrape (labelled
     /// `pool="<name>"`).
     pub fn add_admission(&self, name: impl Into<String>, source: AdmissionSource) {
-        self.admission
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((name.into(), source));
+        add_source(&self.admission, name.into(), source);
     }
 
     /// Reads the pool connections of `pool` at every scrape (labelled `pool="<name>"`).
     pub fn add_pool(&self, name: impl Into<String>, source: StatsSource) {
-        self.sources
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((name.into(), source));
+        add_source(&self.sources, name.into(), source);
     }
 
     /// Reads the number of opens of `pool` waiting for a stream slot at every scrape
     /// (labelled `pool="<name>"`).
     pub fn add_open_queue(&self, name: impl Into<String>, source: WaitingSource) {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((name.into(), source));
+        add_source(&self.waiting, name.into(), source);
     }
 
     /// The text exposition of every metric, with the pool gauges read now.
@@ -321,22 +309,9 @@ impl Metrics {
         self.handshakes_pending.clear();
         self.refused.clear();
         self.stream_limit.clear();
-        let limits = self
-            .limits
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for (name, source) in limits {
-            self.stream_limit
-                .get_or_create(&[("pool", name)])
-                .set(i64::try_from(source()).unwrap_or(i64::MAX));
-        }
-        let admission = self
-            .admission
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for (name, source) in admission {
+        set_per_pool(&self.limits, &self.stream_limit);
+        set_per_pool(&self.waiting, &self.open_waiting);
+        for (name, source) in snapshot(&self.admission) {
             let a = source();
             let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
             self.handshakes_pending
@@ -352,22 +327,7 @@ impl Metrics {
                     .set(g(n));
             }
         }
-        let waiting = self
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for (name, source) in waiting {
-            self.open_waiting
-                .get_or_create(&[("pool", name)])
-                .set(i64::try_from(source()).unwrap_or(i64::MAX));
-        }
-        let sources = self
-            .sources
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for (name, source) in sources {
+        for (name, source) in snapshot(&self.sources) {
             for s in source() {
                 let l: ConnLabels = [
                     ("pool", name.clone()),
@@ -412,6 +372,26 @@ impl Metrics {
                 }
             }
         }
+    }
+}
+
+fn add_source<T>(list: &Mutex<Vec<(String, T)>>, name: String, source: T) {
+    list.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((name, source));
+}
+
+/// The registered sources, copied out of their lock before they are called.
+fn snapshot<T: Clone>(list: &Mutex<Vec<(String, T)>>) -> Vec<(String, T)> {
+    list.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Sets `family{pool="<name>"}` from each source of `list`.
+fn set_per_pool(list: &Mutex<Vec<(String, WaitingSource)>>, family: &Family<Labels1, Gauge>) {
+    for (name, source) in snapshot(list) {
+        family
+            .get_or_create(&[("pool", name)])
+            .set(i64::try_from(source()).unwrap_or(i64::MAX));
     }
 }
 
