@@ -86,6 +86,13 @@ pub struct RemoteConfig {
     pub tls: Option<TlsSection>,
     /// Prometheus `/metrics` endpoint (`[metrics]`); off by default.
     pub metrics: edge_proxy::metrics::MetricsConfig,
+    /// Most authenticated pool connections at once, all edges together.
+    pub max_pool_connections: usize,
+    /// Most pool connections in their TLS/QUIC handshake (before their HELLO) at once.
+    pub max_handshakes: usize,
+    /// Most of those from one source address (raise it for several edges behind one NAT
+    /// address, or for pools of more than this many connections).
+    pub max_handshakes_per_source: usize,
 }
 
 impl Default for RemoteConfig {
@@ -111,6 +118,9 @@ impl Default for RemoteConfig {
             quic: QuicSection::default(),
             tls: None,
             metrics: edge_proxy::metrics::MetricsConfig::default(),
+            max_pool_connections: pool::DEFAULT_MAX_SERVER_CONNECTIONS,
+            max_handshakes: pool::DEFAULT_MAX_HANDSHAKES,
+            max_handshakes_per_source: pool::DEFAULT_MAX_HANDSHAKES_PER_SOURCE,
         }
     }
 }
@@ -179,6 +189,21 @@ impl RemoteConfig {
             return Err(format!(
                 "origin_max_idle_per_host {} must be at most 10000",
                 self.origin_max_idle_per_host
+            ));
+        }
+        for (key, v) in [
+            ("max_pool_connections", self.max_pool_connections),
+            ("max_handshakes", self.max_handshakes),
+            ("max_handshakes_per_source", self.max_handshakes_per_source),
+        ] {
+            if !(1..=1_000_000).contains(&v) {
+                return Err(format!("{key} {v} must be in 1..=1000000"));
+            }
+        }
+        if self.max_handshakes_per_source > self.max_handshakes {
+            return Err(format!(
+                "max_handshakes_per_source {} must not exceed max_handshakes {}",
+                self.max_handshakes_per_source, self.max_handshakes
             ));
         }
         if !(1024..=1024 * 1024).contains(&self.max_header_bytes) {
@@ -253,6 +278,35 @@ mod tests {
         .unwrap();
         p.validate().unwrap();
         assert!(!p.policy().allow_private);
+    }
+
+    #[test]
+    fn pool_admission_limits_are_read_and_checked() {
+        let c: RemoteConfig = toml::from_str(
+            "max_pool_connections = 64\nmax_handshakes = 32\nmax_handshakes_per_source = 16\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let s = crate::pool_glue::server_config(&c);
+        assert_eq!(
+            (
+                s.max_connections,
+                s.max_handshakes,
+                s.max_handshakes_per_source
+            ),
+            (64, 32, 16)
+        );
+        let d = crate::pool_glue::server_config(&RemoteConfig::default());
+        assert_eq!(d.max_connections, pool::DEFAULT_MAX_SERVER_CONNECTIONS);
+        for (text, key) in [
+            ("max_handshakes = 0\n", "max_handshakes 0"),
+            ("max_handshakes_per_source = 300\n", "must not exceed"),
+            ("max_pool_connections = 0\n", "max_pool_connections"),
+        ] {
+            let c: RemoteConfig = toml::from_str(text).unwrap();
+            let e = c.validate().unwrap_err();
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -45,7 +45,9 @@ pub fn server_config(cfg: &RemoteConfig) -> ServerConfig {
         socket: socket_options(&cfg.congestion),
         mux: mux_config(&cfg.link),
         policy: policy(cfg.reply_policy),
-        ..ServerConfig::default()
+        max_connections: cfg.max_pool_connections,
+        max_handshakes: cfg.max_handshakes,
+        max_handshakes_per_source: cfg.max_handshakes_per_source,
     }
 }
 
