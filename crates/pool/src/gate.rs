@@ -121,6 +121,16 @@ impl HandshakeGate {
             .refused_connections += 1;
     }
 
+    /// Counts a connection refused after its HELLO because `max` authenticated ones were up,
+    /// and says so as the error its driver ends with.
+    pub(crate) fn over_connection_limit(&self, max: usize) -> std::io::Error {
+        self.refused_connection();
+        std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            format!("too many connections ({max} authenticated already)"),
+        )
+    }
+
     /// Pending handshakes and refusals so far.
     pub(crate) fn stats(&self) -> AdmissionStats {
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());

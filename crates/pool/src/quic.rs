@@ -1338,15 +1338,8 @@ async fn serve_conn(
         let mut conns = inner.conns.lock().unwrap_or_else(|p| p.into_inner());
         if conns.len() >= inner.cfg.max_connections {
             drop(conns);
-            inner.gate.refused_connection();
             conn.close(code(ErrorCode::ENHANCE_YOUR_CALM), b"too many connections");
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionRefused,
-                format!(
-                    "too many connections ({} authenticated already)",
-                    inner.cfg.max_connections
-                ),
-            ));
+            return Err(inner.gate.over_connection_limit(inner.cfg.max_connections));
         }
         conns.insert(id, (session, q.clone()));
     }

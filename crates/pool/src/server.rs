@@ -322,14 +322,9 @@ impl LiveSlot {
     fn take(server: &Arc<ServerInner>) -> io::Result<LiveSlot> {
         if server.live.fetch_add(1, SeqCst) >= server.cfg.max_connections {
             server.live.fetch_sub(1, SeqCst);
-            server.gate.refused_connection();
-            return Err(io::Error::new(
-                io::ErrorKind::ConnectionRefused,
-                format!(
-                    "too many connections ({} authenticated already)",
-                    server.cfg.max_connections
-                ),
-            ));
+            return Err(server
+                .gate
+                .over_connection_limit(server.cfg.max_connections));
         }
         Ok(LiveSlot(server.clone()))
     }
