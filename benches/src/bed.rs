@@ -226,6 +226,20 @@ impl VethBed {
         for n in &self.names {
             ip(&["netns", "add", n])?;
             ip(&["-n", n, "link", "set", "lo", "up"])?;
+            // IPv4 only, as on the emulated bed. With IPv6 on, each veth's link-local address
+            // leaves its tentative state a second or two after the link comes up; Chromium sees
+            // the address change and aborts its requests in flight with ERR_NETWORK_CHANGED
+            // (found in its net-log), so the first loads after the bed came up lost objects.
+            for key in ["all", "default"] {
+                run(Command::new("ip").args([
+                    "netns",
+                    "exec",
+                    n,
+                    "sysctl",
+                    "-qw",
+                    &format!("net.ipv6.conf.{key}.disable_ipv6=1"),
+                ]))?;
+            }
         }
         let [c, e, r, o] = &self.names;
         let pairs = [(c, "c0", e, "e0"), (e, "e1", r, "r0"), (r, "r1", o, "o0")];

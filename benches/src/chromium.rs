@@ -124,10 +124,10 @@ pub fn parse_report(dom: &str) -> Result<Report> {
 }
 
 /// Fails unless every sub-resource of `w` (loaded over `scheme`) is in `r` with its exact size.
-/// The error names how many were missing or short, and the first few. An object may have more
-/// than one entry: Chromium now and then adds an empty one beside the whole fetch (seen on the
-/// veth bed in about one load in five, for scripts and images alike), so one entry of the right
-/// size suffices.
+/// The error names how many were missing or short, and the first few. An entry of 0 bytes is a
+/// fetch that failed before its body (with `Timing-Allow-Origin` sent, a response shows its
+/// size): Chromium's net-log names the error. An object may have more than one entry, a failed
+/// fetch beside a whole one that followed it, so one entry of the right size suffices.
 pub fn check_objects(r: &Report, w: &Workload, scheme: &str) -> Result<()> {
     let expected = w.objects.len().saturating_sub(1);
     if expected > MAX_BROWSER_SUBRESOURCES {
