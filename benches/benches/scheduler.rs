@@ -54,6 +54,8 @@ fn session_with(n: usize, policy: Policy) -> (Session, Vec<mux::ConnId>) {
         max_frame_size: 16384,
         initial_window: 1 << 20,
         max_streams: 1_000_000,
+        // The largest connection credit: the bench never waits for a WINDOW.
+        conn_window: Some(i32::MAX as u32),
     }
     .encode(&mut hello);
     let ids: Vec<_> = (0..n)

@@ -20,11 +20,22 @@ pub const MAX_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 pub const DEFAULT_STREAM_WINDOW_BDPS: u32 = 2;
 /// Most bandwidth-delay products [`Config::for_link_bdps`] accepts for the stream window.
 pub const MAX_STREAM_WINDOW_BDPS: u32 = 16;
-/// Most concurrent streams we accept from the peer.
+/// Most concurrent streams per QUIC pool connection (`pool::QuicOptions`).
 pub const DEFAULT_MAX_STREAMS: u32 = 1024;
-/// Budget for bytes buffered for all streams in one direction (received but not
-/// yet read by the application, or written by it but not yet sent): the product
-/// of `max_streams` and the stream window must fit in it.
+/// Most concurrent streams of one mux session (all its connections) with a peer that honours
+/// connection credit: [`DEFAULT_MAX_STREAMS`] for each of the pool's four default connections.
+pub const DEFAULT_SESSION_STREAMS: u32 = 4 * DEFAULT_MAX_STREAMS;
+/// Most concurrent streams a [`Config`] may accept (each costs state and, at the proxies, a
+/// task and sockets; the buffers are bounded by the windows).
+pub const MAX_STREAMS: u32 = 1 << 20;
+/// Credit each connection of a session grants the peer for all its streams together, bytes
+/// (PROTOCOL.md §4.1): 256 MiB, so the pool's four default connections buffer at most 1 GiB
+/// per direction, the budget [`DEFAULT_MAX_BUFFERED_BYTES`] that once bounded the whole session.
+/// A connection's streams stall together only once this much is received and unread.
+pub const DEFAULT_CONN_WINDOW: u32 = 256 * 1024 * 1024;
+/// Budget for bytes buffered for all streams in one direction with a peer that does not
+/// honour connection credit (its HELLO has no `conn_window`): the stream limit with such a peer
+/// is lowered so that `max_streams × stream_window` fits in it.
 pub const DEFAULT_MAX_BUFFERED_BYTES: u64 = 1024 * 1024 * 1024;
 /// How often an idle-or-busy connection is PINGed (keeps NAT state and the
 /// congestion window warm, measures RTT).
@@ -46,10 +57,14 @@ pub struct Config {
     pub max_frame_size: u32,
     /// Credit granted to each stream in the direction towards us, bytes.
     pub stream_window: u32,
-    /// Most concurrent streams we accept.
+    /// Credit granted to each connection for all its streams in the direction towards us,
+    /// bytes; see [`DEFAULT_CONN_WINDOW`].
+    pub conn_window: u32,
+    /// Most concurrent streams we accept (from a peer without connection credit, at most
+    /// [`Config::legacy_max_streams`]).
     pub max_streams: u32,
-    /// Budget in bytes for all streams' buffers in one direction; see
-    /// [`DEFAULT_MAX_BUFFERED_BYTES`].
+    /// Budget in bytes for all streams' buffers in one direction with a peer that does not
+    /// honour connection credit; see [`DEFAULT_MAX_BUFFERED_BYTES`].
     pub max_buffered_bytes: u64,
     /// PING period per connection.
     pub ping_interval: Duration,
@@ -87,24 +102,33 @@ impl Config {
     /// (PROTOCOL.md §4.2); with two BDPs one stream alone can fill a lossless link (with
     /// 1.5 % random loss it reached 0.83 of direct, 4 × BDP matched it: benches/README.md,
     /// lossy);
-    /// `max_streams` is [`DEFAULT_MAX_STREAMS`] lowered if needed so that
-    /// `max_streams × window` fits in [`DEFAULT_MAX_BUFFERED_BYTES`]: a larger
-    /// window means fewer concurrent streams per session.
+    /// each connection's window is [`DEFAULT_CONN_WINDOW`] and `max_streams`
+    /// [`DEFAULT_SESSION_STREAMS`], whatever the stream window: the connection windows bound
+    /// the buffers. With a peer that has no connection credit the stream limit is
+    /// [`Config::legacy_max_streams`] instead, which a larger window lowers.
     pub fn for_link_bdps(rtt: Duration, rate_bps: u64, bdps: u32) -> Config {
         let bdp = (rtt.as_secs_f64() * rate_bps as f64 / 8.0) as u64;
         let window = (u64::from(bdps.max(1)) * bdp)
             .clamp(u64::from(MIN_STREAM_WINDOW), u64::from(MAX_STREAM_WINDOW));
-        let streams = (DEFAULT_MAX_BUFFERED_BYTES / window).min(u64::from(DEFAULT_MAX_STREAMS));
         Config {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             stream_window: window as u32,
-            max_streams: streams.max(1) as u32,
+            conn_window: DEFAULT_CONN_WINDOW,
+            max_streams: DEFAULT_SESSION_STREAMS,
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             ping_interval: DEFAULT_PING_INTERVAL,
             ping_timeout: DEFAULT_PING_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_control_bytes: DEFAULT_MAX_CONTROL_BYTES,
         }
+    }
+
+    /// Most concurrent streams with a peer that does not honour connection credit (an older
+    /// release): `max_streams` lowered so that every stream's whole window fits in
+    /// `max_buffered_bytes` (330 with the defaults: 1 GiB ÷ 3.25 MB).
+    pub fn legacy_max_streams(&self) -> u32 {
+        let fit = self.max_buffered_bytes / u64::from(self.stream_window.max(1));
+        u64::from(self.max_streams).min(fit).max(1) as u32
     }
 
     /// Checks the limits are coherent; the error says which one is not.
@@ -122,14 +146,22 @@ impl Config {
                 self.stream_window, self.max_frame_size
             ));
         }
-        if self.max_streams == 0 {
-            return err("max_streams must be at least 1".into());
-        }
-        let need = u64::from(self.max_streams) * u64::from(self.stream_window);
-        if need > self.max_buffered_bytes {
+        if self.conn_window < self.stream_window || self.conn_window > i32::MAX as u32 {
             return err(format!(
-                "max_streams ({}) x stream_window ({}) = {need} bytes exceeds max_buffered_bytes ({})",
-                self.max_streams, self.stream_window, self.max_buffered_bytes
+                "conn_window {} must be at least stream_window ({}) and below 2^31",
+                self.conn_window, self.stream_window
+            ));
+        }
+        if !(1..=MAX_STREAMS).contains(&self.max_streams) {
+            return err(format!(
+                "max_streams {} must be within 1..={MAX_STREAMS}",
+                self.max_streams
+            ));
+        }
+        if self.max_buffered_bytes < u64::from(self.stream_window) {
+            return err(format!(
+                "max_buffered_bytes {} must hold at least one stream_window ({})",
+                self.max_buffered_bytes, self.stream_window
             ));
         }
         if self.ping_interval.is_zero() || self.ping_timeout.is_zero() {
@@ -151,22 +183,26 @@ mod tests {
         let c = Config::default();
         // 2 x 130 ms x 100 Mbit/s = 3.25 MB.
         assert_eq!(c.stream_window, 3_250_000);
-        assert_eq!(c.max_streams, 330);
+        assert_eq!(c.conn_window, DEFAULT_CONN_WINDOW);
+        assert_eq!(c.max_streams, 4096);
+        // A peer without connection credit: 1 GiB / 3.25 MB.
+        assert_eq!(c.legacy_max_streams(), 330);
         c.validate().unwrap();
     }
 
     #[test]
-    fn a_wider_window_costs_concurrent_streams() {
+    fn a_wider_window_costs_concurrent_streams_only_with_a_legacy_peer() {
         let rtt = Duration::from_millis(200);
         let two = Config::for_link_bdps(rtt, 10_000_000, 2);
         assert_eq!(two, Config::for_link(rtt, 10_000_000));
         let four = Config::for_link_bdps(rtt, 10_000_000, 4);
         // 4 x 200 ms x 10 Mbit/s = 1 MB; the 1 GiB budget then holds 1073 such windows.
         assert_eq!(four.stream_window, 1_000_000);
-        assert_eq!(four.max_streams, 1024);
+        assert_eq!(four.legacy_max_streams(), 1073);
         let pacific = Config::for_link_bdps(DEFAULT_RTT, DEFAULT_RATE_BPS, 4);
         assert_eq!(pacific.stream_window, 6_500_000);
-        assert_eq!(pacific.max_streams, 165);
+        assert_eq!(pacific.max_streams, DEFAULT_SESSION_STREAMS);
+        assert_eq!(pacific.legacy_max_streams(), 165);
         pacific.validate().unwrap();
         // Zero counts as one.
         assert_eq!(
@@ -189,7 +225,19 @@ mod tests {
     #[test]
     fn incoherent_limits_are_rejected_with_a_reason() {
         let c = Config {
-            max_streams: 100_000,
+            max_streams: MAX_STREAMS + 1,
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert!(e.to_string().contains("max_streams"), "{e}");
+        let c = Config {
+            conn_window: 1 << 20,
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert!(e.to_string().contains("conn_window"), "{e}");
+        let c = Config {
+            max_buffered_bytes: 1 << 20,
             ..Config::default()
         };
         let e = c.validate().unwrap_err();

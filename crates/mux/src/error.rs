@@ -104,6 +104,9 @@ pub enum ConnError {
     /// The HELLO or a PONG did not arrive in time.
     #[error("timed out: {0}")]
     Timeout(&'static str),
+    /// The peer sent more on the connection than its connection credit (PROTOCOL.md §4.1).
+    #[error("peer broke flow control: {0}")]
+    FlowControl(&'static str),
 }
 
 impl ConnError {
@@ -115,6 +118,7 @@ impl ConnError {
             ConnError::Version(_) => ErrorCode::VERSION_MISMATCH,
             ConnError::Calm(_) => ErrorCode::ENHANCE_YOUR_CALM,
             ConnError::Timeout(_) => ErrorCode::TIMEOUT,
+            ConnError::FlowControl(_) => ErrorCode::FLOW_CONTROL_ERROR,
         }
     }
 }
@@ -137,5 +141,9 @@ mod tests {
             ErrorCode::FRAME_SIZE_ERROR
         );
         assert_eq!(ConnError::Timeout("ping").code(), ErrorCode::TIMEOUT);
+        assert_eq!(
+            ConnError::FlowControl("x").code(),
+            ErrorCode::FLOW_CONTROL_ERROR
+        );
     }
 }

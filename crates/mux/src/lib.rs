@@ -4,8 +4,9 @@
 //!
 //! What it does: encodes and decodes the wire format of `docs/PROTOCOL.md`
 //! (one module per frame type under [`frame`]); keeps the state of every
-//! stream of a pool session in one [`Session`]; enforces per-stream credit,
-//! frame-size, stream-count and control-queue limits ([`Config`]); maps local
+//! stream of a pool session in one [`Session`]; enforces per-stream and
+//! per-connection credit, frame-size, stream-count and control-queue limits
+//! ([`Config`]); maps local
 //! errors to wire codes in one place ([`ConnError::code`]).
 //!
 //! What it does NOT do: no sockets, no tokio, no threads, no system clock.

@@ -225,6 +225,15 @@ struct Conn {
     announced: bool,
     /// The peer sent GOAWAY(NO_ERROR) on this lane: no new streams go here.
     peer_draining: bool,
+    /// Connection credit (PROTOCOL.md §4.1) is in force on this lane: the peer's HELLO
+    /// granted some. Without it (a peer of an older release) neither side counts it.
+    conn_credit: bool,
+    /// Connection credit the peer granted that we have not used yet, bytes.
+    send_credit: u64,
+    /// Connection credit the peer still holds for its frames towards us, bytes.
+    recv_left: u64,
+    /// Bytes that arrived here and were read or discarded, whose credit is not returned yet.
+    recv_unacked: u64,
 }
 
 impl Conn {
@@ -317,6 +326,7 @@ impl Session {
             max_frame_size: self.cfg.max_frame_size,
             initial_window: self.cfg.stream_window,
             max_streams: self.cfg.max_streams,
+            conn_window: Some(self.cfg.conn_window),
         }
         .encode(&mut ctrl);
         self.conns.insert(
@@ -338,6 +348,10 @@ impl Session {
                 rtt: None,
                 announced: false,
                 peer_draining: false,
+                conn_credit: false,
+                send_credit: 0,
+                recv_left: 0,
+                recv_unacked: 0,
             },
         );
         self.announce(id);
@@ -479,10 +493,25 @@ impl Session {
             let Some(c) = self.conns.get_mut(&conn) else {
                 break;
             };
+            // Out of connection credit: the streams stay queued until a WINDOW for stream 0
+            // arrives on this lane (PROTOCOL.md §4.1).
+            let credit = if c.conn_credit {
+                c.send_credit
+            } else {
+                u64::MAX
+            };
+            if credit == 0 {
+                break;
+            }
             let Some(id) = c.sendq.pop_front() else {
                 break;
             };
-            let more = self.emit_one(id, max_frame, out);
+            let (more, used) = self.emit_one(id, max_frame, credit, out);
+            if let Some(c) = self.conns.get_mut(&conn) {
+                if c.conn_credit {
+                    c.send_credit -= used;
+                }
+            }
             if let Some(s) = self.streams.get(&id) {
                 if s.cancel_after_fin && s.fin_sent && s.reset.is_none() && !s.cleanly_done() {
                     // Behind the FIN on the same connection: the peer reads
@@ -512,7 +541,10 @@ impl Session {
     /// Whether `conn` has anything to send.
     pub fn has_transmit(&self, conn: ConnId) -> bool {
         self.conns.get(&conn).is_some_and(|c| {
-            !c.ctrl.is_empty() || (c.state != ConnState::Closing && !c.sendq.is_empty())
+            !c.ctrl.is_empty()
+                || (c.state != ConnState::Closing
+                    && !c.sendq.is_empty()
+                    && (!c.conn_credit || c.send_credit > 0))
         })
     }
 
@@ -602,8 +634,18 @@ impl Session {
     /// `max_streams` (once its HELLO is in) and our own.
     pub fn stream_limit(&self) -> u32 {
         match self.peer {
-            Some(p) => p.max_streams.min(self.cfg.max_streams),
-            None => self.cfg.max_streams,
+            Some(p) => p.max_streams.min(self.local_stream_limit()),
+            None => self.local_stream_limit(),
+        }
+    }
+
+    /// Our own stream limit: `max_streams`, or with a peer that does not honour connection
+    /// credit (its latest HELLO had none) the lower [`Config::legacy_max_streams`], so that
+    /// every stream's whole window fits in the budget.
+    fn local_stream_limit(&self) -> u32 {
+        match self.peer {
+            Some(p) if p.conn_window.is_none() => self.cfg.legacy_max_streams(),
+            _ => self.cfg.max_streams,
         }
     }
 
@@ -667,10 +709,11 @@ impl Session {
         {
             return Err(OpenError::Unavailable);
         }
-        let (limit, which) = if peer.max_streams <= self.cfg.max_streams {
+        let local = self.local_stream_limit();
+        let (limit, which) = if peer.max_streams <= local {
             (peer.max_streams, "peer")
         } else {
-            (self.cfg.max_streams, "local")
+            (local, "local")
         };
         if self.streams.len() >= limit as usize {
             return Err(OpenError::StreamLimit { limit, which });
@@ -762,6 +805,7 @@ impl Session {
             return Ok(Read::Blocked);
         }
         let n = s.take_recv(buf);
+        let lane = s.recv_conn;
         s.recv_unacked += n as u64;
         // Return credit once a quarter of the window was consumed (§4.2), so
         // the peer never waits a round trip with an empty window.
@@ -773,6 +817,7 @@ impl Session {
             let prefer = s.recv_conn;
             self.queue_window(id, inc, prefer);
         }
+        self.conn_consumed(lane, n as u64);
         Ok(Read::Data(n))
     }
 
@@ -931,15 +976,22 @@ impl Session {
         }
     }
 
-    /// Frames one OPEN or DATA of stream `id`; returns whether more is to send.
-    fn emit_one(&mut self, id: u64, max_frame: usize, out: &mut Vec<u8>) -> bool {
+    /// Frames one OPEN or DATA of stream `id` with at most `credit` bytes of data (the
+    /// lane's connection credit); returns whether more is to send and the bytes framed.
+    fn emit_one(
+        &mut self,
+        id: u64,
+        max_frame: usize,
+        credit: u64,
+        out: &mut Vec<u8>,
+    ) -> (bool, u64) {
         let Some(s) = self.streams.get_mut(&id) else {
-            return false;
+            return (false, 0);
         };
         if !s.has_send_work() {
-            return false;
+            return (false, 0);
         }
-        let sendable = s.sendable() as usize;
+        let sendable = s.sendable().min(credit) as usize;
         if let Some(target) = s.open_target.take() {
             // PROTOCOL.md §3.2: OPEN carries the first bytes.
             let room = max_frame.saturating_sub(Open::prefix_len(&target));
@@ -950,6 +1002,7 @@ impl Session {
             s.send_credit -= n as u64;
             s.bytes_sent += n as u64;
             s.fin_sent = fin;
+            (s.has_send_work(), n as u64)
         } else {
             let n = sendable.min(max_frame);
             let data = s.take_send(n);
@@ -958,8 +1011,8 @@ impl Session {
             s.send_credit -= n as u64;
             s.bytes_sent += n as u64;
             s.fin_sent = fin;
+            (s.has_send_work(), n as u64)
         }
-        s.has_send_work()
     }
 
     fn queue_ctrl(&mut self, conn: ConnId, f: &Frame) {
@@ -1005,16 +1058,20 @@ impl Session {
         s.reset = Some((code, retryable));
         s.send_buf.clear();
         s.send_buf_len = 0;
+        let mut discarded = 0;
         if !s.fin_received {
+            discarded = s.recv_buf_len;
             s.recv_buf.clear();
             s.recv_buf_len = 0;
         }
+        let lane = s.recv_conn;
         let exclude = s.send_conn.filter(|c| {
             self.conns
                 .get(c)
                 .is_none_or(|c| c.state == ConnState::Closing)
         });
         let prefer = s.send_conn;
+        self.conn_consumed(lane, discarded);
         self.account(id);
         self.unbind(id);
         self.events.push_back(Event::Reset {
@@ -1060,6 +1117,8 @@ impl Session {
                 if let Some(c) = s.send_conn.and_then(|c| self.conns.get_mut(&c)) {
                     c.queued_streams = c.queued_streams.saturating_sub(s.accounted);
                 }
+                // Unread bytes of a finished direction go with the stream.
+                self.conn_consumed(s.recv_conn, s.recv_buf_len);
                 self.events.push_back(Event::StreamFreed(id));
             }
         }
@@ -1144,7 +1203,7 @@ impl Session {
                 self.on_reset(r);
                 Ok(())
             }
-            Frame::Window(w) => self.on_window(w),
+            Frame::Window(w) => self.on_window(conn, w),
             Frame::Ping(p) => self.on_ping(conn, p, now),
             Frame::GoAway(g) => {
                 self.on_goaway(conn, g);
@@ -1167,11 +1226,20 @@ impl Session {
         if h.max_frame_size < 1024 || h.initial_window < 1024 || h.max_streams == 0 {
             return Err(ConnError::Protocol("HELLO limits below protocol minimums"));
         }
+        if h.conn_window
+            .is_some_and(|w| w < 1024 || w > i32::MAX as u32)
+        {
+            return Err(ConnError::Protocol("HELLO conn_window outside 1024..2^31"));
+        }
         self.peer = Some(h);
+        let conn_window = u64::from(self.cfg.conn_window);
         if let Some(c) = self.conns.get_mut(&conn) {
             c.state = ConnState::Up;
             c.peer_max_frame = (h.max_frame_size as usize).min(MAX_PAYLOAD_LEN);
             c.next_ping = now;
+            c.conn_credit = h.conn_window.is_some();
+            c.send_credit = h.conn_window.map_or(0, u64::from);
+            c.recv_left = conn_window;
         }
         if let Some(last) = self.local_goaway {
             // A lane that came up during a drain learns about it too.
@@ -1203,9 +1271,12 @@ impl Session {
         if self.streams.contains_key(&o.stream) {
             return Err(ConnError::Protocol("OPEN for an existing stream"));
         }
+        let n = o.data.len() as u64;
+        self.conn_received(conn, n)?;
         let refuse = self.local_goaway.is_some_and(|last| o.stream > last)
-            || self.streams.len() >= self.cfg.max_streams as usize;
+            || self.streams.len() >= self.local_stream_limit() as usize;
         if refuse {
+            self.conn_consumed(Some(conn), n);
             // PROTOCOL.md §5.3: never processed, safe to retry.
             self.queue_ctrl(
                 conn,
@@ -1240,6 +1311,8 @@ impl Session {
 
     fn on_data(&mut self, conn: ConnId, id: u64, data: Bytes, fin: bool) -> Result<(), ConnError> {
         let last_open = self.conns.get(&conn).map_or(0, |c| c.last_open);
+        let n = data.len() as u64;
+        self.conn_received(conn, n)?;
         let Some(s) = self.streams.get_mut(&id) else {
             let never_opened = match self.role {
                 Role::Edge => id >= self.next_stream,
@@ -1249,6 +1322,7 @@ impl Session {
                 return Err(ConnError::Protocol("DATA for a stream never opened"));
             }
             // A stream we already forgot (reset or released): drop (§4.3).
+            self.conn_consumed(Some(conn), n);
             return Ok(());
         };
         match s.recv_conn {
@@ -1274,10 +1348,59 @@ impl Session {
             return Err(ConnError::Protocol("DATA after FIN"));
         }
         if s.reset.is_some() {
+            self.conn_consumed(Some(conn), n);
             return Ok(());
         }
         self.deliver(id, data, fin);
         Ok(())
+    }
+
+    /// Counts `n` bytes of OPEN/DATA payload received on `conn` against its connection credit
+    /// (PROTOCOL.md §4.1); more than the peer holds closes the connection.
+    fn conn_received(&mut self, conn: ConnId, n: u64) -> Result<(), ConnError> {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return Ok(());
+        };
+        if !c.conn_credit {
+            return Ok(());
+        }
+        if n > c.recv_left {
+            return Err(ConnError::FlowControl(
+                "more stream data than the connection's credit",
+            ));
+        }
+        c.recv_left -= n;
+        Ok(())
+    }
+
+    /// `n` bytes that arrived on `lane` were read or discarded: their connection credit goes
+    /// back to the peer, in one WINDOW for stream 0 on that lane once at least a quarter of
+    /// the smaller of the two windows has gathered (§4.2).
+    fn conn_consumed(&mut self, lane: Option<ConnId>, n: u64) {
+        let threshold = u64::from(self.cfg.conn_window.min(self.cfg.stream_window) / 4).max(1);
+        let Some(conn) = lane else {
+            return;
+        };
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if !c.conn_credit || n == 0 {
+            return;
+        }
+        c.recv_unacked += n;
+        if c.recv_unacked < threshold {
+            return;
+        }
+        let inc = c.recv_unacked;
+        c.recv_unacked = 0;
+        c.recv_left += inc;
+        self.queue_ctrl(
+            conn,
+            &Frame::Window(Window {
+                stream: 0,
+                increment: inc.min(u64::from(u32::MAX)) as u32,
+            }),
+        );
     }
 
     /// Appends received bytes to a stream, enforcing its window (§4.1).
@@ -1287,7 +1410,9 @@ impl Session {
         };
         let n = data.len() as u64;
         if n > s.recv_left {
+            let lane = s.recv_conn;
             self.reset_local(id, ErrorCode::FLOW_CONTROL_ERROR, false, true);
+            self.conn_consumed(lane, n);
             return;
         }
         s.recv_left -= n;
@@ -1317,9 +1442,24 @@ impl Session {
         self.reset_local(r.stream, r.code, retryable, false);
     }
 
-    fn on_window(&mut self, w: Window) -> Result<(), ConnError> {
+    fn on_window(&mut self, conn: ConnId, w: Window) -> Result<(), ConnError> {
         if w.stream == 0 {
-            // Reserved for connection-level credit (§3.5): ignored.
+            // Connection credit for this lane (§3.5); ignored where none is in force.
+            let Some(c) = self.conns.get_mut(&conn) else {
+                return Ok(());
+            };
+            if !c.conn_credit {
+                return Ok(());
+            }
+            c.send_credit += u64::from(w.increment);
+            if c.send_credit > i32::MAX as u64 {
+                return Err(ConnError::FlowControl(
+                    "connection credit beyond 2^31 - 1 bytes",
+                ));
+            }
+            if !c.sendq.is_empty() {
+                self.announce(conn);
+            }
             return Ok(());
         }
         let Some(s) = self.streams.get_mut(&w.stream) else {
@@ -1573,6 +1713,7 @@ mod tests {
                 max_frame_size: 16384,
                 initial_window: 65536,
                 max_streams: 10,
+                conn_window: None,
             }
             .encode(&mut b);
             assert_eq!(b.len(), 5 + HELLO_LEN);
@@ -1681,6 +1822,190 @@ mod tests {
         p.shuttle();
         assert!(p.edge_events().contains(&Event::Writable(id)));
         assert_eq!(p.edge.send_capacity(id), window / 2);
+    }
+
+    /// `cfg()` with a connection window of two stream windows.
+    fn narrow() -> Config {
+        let c = cfg();
+        Config {
+            conn_window: 2 * c.stream_window,
+            ..c
+        }
+    }
+
+    fn buffered(s: &Session, ids: &[u64]) -> u64 {
+        ids.iter()
+            .filter_map(|&id| s.stream(id))
+            .map(|st| st.recv_buffered)
+            .sum()
+    }
+
+    #[test]
+    fn connection_credit_bounds_what_a_connection_buffers_and_everything_arrives() {
+        let mut p = Pair::with(narrow(), narrow());
+        let window = cfg().stream_window as usize;
+        let ids: Vec<u64> = (0..3)
+            .map(|_| p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap())
+            .collect();
+        for &id in &ids {
+            assert_eq!(p.edge.send(id, &vec![1u8; window]).unwrap(), window);
+        }
+        p.shuttle();
+        assert_eq!(
+            buffered(&p.remote, &ids),
+            2 * window as u64,
+            "the connection carried its credit and no more"
+        );
+        assert!(!p.edge.has_transmit(p.e), "the rest waits for credit");
+        // Reading returns the credit; the rest follows, never more than the window buffered.
+        let mut read = 0;
+        for _ in 0..100 {
+            for &id in &ids {
+                read += read_all(&mut p.remote, id).0.len();
+            }
+            p.shuttle();
+            assert!(buffered(&p.remote, &ids) <= 2 * window as u64);
+            if read == 3 * window {
+                break;
+            }
+        }
+        assert_eq!(read, 3 * window);
+    }
+
+    #[test]
+    fn discarded_bytes_return_connection_credit() {
+        let mut p = Pair::with(narrow(), narrow());
+        let window = cfg().stream_window as usize;
+        let ids: Vec<u64> = (0..3)
+            .map(|_| p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap())
+            .collect();
+        for &id in &ids[..2] {
+            assert_eq!(p.edge.send(id, &vec![1u8; window]).unwrap(), window);
+        }
+        p.shuttle();
+        assert_eq!(buffered(&p.remote, &ids), 2 * window as u64);
+        p.edge.send(ids[2], b"third").unwrap();
+        p.shuttle();
+        assert_eq!(read_all(&mut p.remote, ids[2]).0, b"", "no credit left");
+        // The remote gives up on the first two streams unread: their bytes' credit returns.
+        p.remote.reset(ids[0], ErrorCode::CANCEL);
+        p.remote.release(ids[0]);
+        p.remote.reset(ids[1], ErrorCode::CANCEL);
+        p.remote.release(ids[1]);
+        p.shuttle();
+        assert_eq!(read_all(&mut p.remote, ids[2]).0, b"third");
+    }
+
+    #[test]
+    fn more_than_the_connection_credit_closes_the_connection() {
+        let mut p = Pair::with(narrow(), narrow());
+        let window = cfg().stream_window as usize;
+        let chunk = vec![0u8; 10_000];
+        let mut b = Vec::new();
+        for id in 1..=3u64 {
+            Open::encode_parts(&mut b, id, Kind::Tunnel, "a:1", b"", false);
+        }
+        // Each stream within its own window, the three together beyond the connection's.
+        for id in 1..=3u64 {
+            let mut sent = 0;
+            while sent + chunk.len() <= window {
+                DataFrame::encode_parts(&mut b, id, &chunk, false);
+                sent += chunk.len();
+            }
+        }
+        p.feed_remote(&b);
+        assert_eq!(
+            closing_code(&p.remote_events()),
+            Some(ErrorCode::FLOW_CONTROL_ERROR)
+        );
+    }
+
+    #[test]
+    fn streams_are_not_limited_by_the_budget_of_whole_windows() {
+        // 1 GiB holds 330 stream windows of 3.25 MB; connection credit bounds the buffers
+        // instead, so the session takes its full max_streams.
+        let mut p = Pair::with(Config::default(), Config::default());
+        assert_eq!(Config::default().legacy_max_streams(), 330);
+        assert_eq!(
+            p.edge.stream_limit(),
+            crate::config::DEFAULT_SESSION_STREAMS
+        );
+        for _ in 0..1000 {
+            p.edge.open(Kind::Tunnel, "a:443", b"x", false).unwrap();
+        }
+        p.shuttle();
+        let incoming = p
+            .remote_events()
+            .iter()
+            .filter(|e| matches!(e, Event::Incoming { .. }))
+            .count();
+        assert_eq!(incoming, 1000);
+    }
+
+    #[test]
+    fn a_peer_without_connection_credit_gets_the_legacy_limits() {
+        let t = Instant::now();
+        let c = Config {
+            max_buffered_bytes: 2 * u64::from(narrow().stream_window),
+            ..narrow()
+        };
+        assert_eq!(c.legacy_max_streams(), 2);
+        let mut remote = Session::new(Role::Remote, 9, c.clone(), Policy::LeastOutstanding);
+        let r = remote.add_connection(t);
+        let mut b = Vec::new();
+        Hello {
+            version: VERSION,
+            role: Role::Edge,
+            session: 9,
+            max_frame_size: 16384,
+            initial_window: 1 << 20,
+            max_streams: 100,
+            conn_window: None,
+        }
+        .encode(&mut b);
+        remote.handle_input(r, &b, t);
+        assert_eq!(remote.stream_limit(), 2);
+        // Connection credit is not counted: two full stream windows and a third OPEN's bytes
+        // (beyond the connection window) are no error, the third stream is refused.
+        b.clear();
+        let window = c.stream_window as usize;
+        for id in 1..=3u64 {
+            Open::encode_parts(&mut b, id, Kind::Tunnel, "a:1", b"x", false);
+        }
+        for id in 1..=2u64 {
+            let mut sent = 1;
+            while sent + 10_000 <= window {
+                DataFrame::encode_parts(&mut b, id, &[0u8; 10_000], false);
+                sent += 10_000;
+            }
+        }
+        remote.handle_input(r, &b, t);
+        let ev: Vec<_> = std::iter::from_fn(|| remote.poll_event()).collect();
+        assert_eq!(closing_code(&ev), None);
+        let mut out = Vec::new();
+        remote.poll_transmit(r, usize::MAX, &mut out);
+        let mut buf = BytesMut::from(&out[..]);
+        let mut frames = Vec::new();
+        while let Ok(Some(f)) = Frame::decode(&mut buf, 65535) {
+            frames.push(f);
+        }
+        assert!(frames.contains(&Frame::Reset(Reset {
+            stream: 3,
+            code: ErrorCode::REFUSED_STREAM
+        })));
+        // Reading returns stream credit only: no WINDOW for stream 0 goes to such a peer.
+        for id in 1..=2u64 {
+            read_all(&mut remote, id);
+        }
+        out.clear();
+        remote.poll_transmit(r, usize::MAX, &mut out);
+        let mut buf = BytesMut::from(&out[..]);
+        while let Ok(Some(f)) = Frame::decode(&mut buf, 65535) {
+            assert!(
+                !matches!(f, Frame::Window(Window { stream: 0, .. })),
+                "{f:?}"
+            );
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ fn hello() -> Vec<u8> {
         max_frame_size: 16384,
         initial_window: 1 << 20,
         max_streams: 100,
+        conn_window: Some(1 << 20),
     }
     .encode(&mut b);
     b

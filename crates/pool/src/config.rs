@@ -37,10 +37,12 @@ pub const DEFAULT_OUTSTANDING_REFRESH: Duration = Duration::from_millis(5);
 /// pool connection is at its stream limit; one more fails at once with
 /// [`PoolError::StreamLimit`](crate::PoolError::StreamLimit). Each waiter holds its request's
 /// first bytes (at most a request head, 64 KiB at the edge's default `max_header_bytes`), so
-/// the queue holds at most 64 MiB. 1024 is about three times the default stream limit (330 at
-/// 130 ms and 100 Mbit/s, [`mux::Config::for_link`]): enough to absorb the page loads of many
-/// clients arriving together above saturation; a longer queue would only add delay, since it
-/// drains no faster than streams finish.
+/// the queue holds at most 64 MiB. 1024 is a quarter of the default stream limit of a TCP
+/// pool's session (4096, [`mux::config::DEFAULT_SESSION_STREAMS`]; 330 at 130 ms and
+/// 100 Mbit/s with a remote of an older release, without connection credit) and of a QUIC pool
+/// of four connections: enough to absorb the page loads of many clients arriving together
+/// above saturation; a longer queue would only add delay, since it drains no faster than
+/// streams finish.
 pub const DEFAULT_OPEN_QUEUE: usize = 1024;
 /// Longest wait of one [`Pool::open`](crate::Pool::open) for a stream slot before it fails
 /// with [`PoolError::StreamLimit`](crate::PoolError::StreamLimit). Slots free as fast as

@@ -123,7 +123,7 @@ impl Default for QuicOptions {
 
 impl QuicOptions {
     /// Windows sized from the link's bandwidth-delay product, with the same
-    /// stream window and stream limit as the TCP pool's [`mux::Config::for_link`].
+    /// stream window as the TCP pool's [`mux::Config::for_link`].
     pub fn for_link(rtt: Duration, rate_bps: u64) -> QuicOptions {
         QuicOptions::for_link_bdps(rtt, rate_bps, mux::config::DEFAULT_STREAM_WINDOW_BDPS)
     }
@@ -131,11 +131,10 @@ impl QuicOptions {
     /// [`QuicOptions::for_link`] with the stream window at `bdps` bandwidth-delay products,
     /// as [`mux::Config::for_link_bdps`].
     ///
-    /// The stream limit is [`mux::config::DEFAULT_MAX_STREAMS`] whatever the window: QUIC's
-    /// connection-level flow control (`receive_window`, `send_window`) bounds the bytes a
-    /// connection buffers however many streams it carries, so the limit need not shrink as the
-    /// TCP pool's must (there, without a session-wide window, streams × window has to fit the
-    /// budget).
+    /// The stream limit is [`mux::config::DEFAULT_MAX_STREAMS`] per connection whatever the
+    /// window: QUIC's connection-level flow control (`receive_window`, `send_window`) bounds the
+    /// bytes a connection buffers however many streams it carries, as the mux's connection
+    /// credit does for the TCP pool.
     pub fn for_link_bdps(rtt: Duration, rate_bps: u64, bdps: u32) -> QuicOptions {
         let m = mux::Config::for_link_bdps(rtt, rate_bps, bdps);
         let bdp = ((rate_bps as u128 * rtt.as_micros()) / 8_000_000) as u64;

@@ -390,12 +390,12 @@ fn options_are_validated_and_windows_follow_the_link() {
     assert_eq!(o.send_window, 30_000_000);
     assert!(o.stream_receive_window <= o.receive_window);
     assert!(o.validate().is_ok());
-    // The stream window is 15 MB, so the TCP pool's session takes 71 streams at once; a QUIC
-    // connection keeps its 1024, its buffered bytes being bounded by the connection windows.
-    assert_eq!(
-        mux::Config::for_link(Duration::from_millis(300), 200_000_000).max_streams,
-        71
-    );
+    // The stream window is 15 MB: a QUIC connection keeps its 1024 streams, its buffered bytes
+    // being bounded by the connection windows, and so does the TCP pool's session (4096) with
+    // its connection credit; only with a peer without it does the TCP session take 71.
+    let m = mux::Config::for_link(Duration::from_millis(300), 200_000_000);
+    assert_eq!(m.max_streams, 4096);
+    assert_eq!(m.legacy_max_streams(), 71);
     assert_eq!(o.max_streams, 1024);
     let bad = QuicOptions {
         keep_alive: Duration::from_secs(40),

@@ -22,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
         max_frame_size: 16384,
         initial_window: 1 << 20,
         max_streams: 100,
+        conn_window: Some(1 << 20),
     }
     .encode(&mut hello);
     s.handle_input(a, &hello, t);

@@ -39,10 +39,16 @@ pub struct Hello {
     pub initial_window: u32,
     /// Most concurrent streams the sender accepts.
     pub max_streams: u32,
+    /// Credit the sender grants this connection as a whole in the direction towards it, bytes
+    /// (PROTOCOL.md §4.1); an appended field, absent from peers that do not enforce connection
+    /// credit (then neither side does).
+    pub conn_window: Option<u32>,
 }
 
-/// Payload length of a HELLO.
+/// Payload length of a HELLO without its appended fields (the shortest one accepted).
 pub const HELLO_LEN: usize = 2 + 1 + 8 + 4 + 4 + 4;
+/// Payload length of a HELLO with `conn_window`.
+pub const HELLO_CONN_WINDOW_LEN: usize = HELLO_LEN + 4;
 
 impl Hello {
     /// Decodes a HELLO payload.
@@ -61,26 +67,38 @@ impl Hello {
                 ))
             }
         };
-        // Longer payloads are allowed: later versions may append fields (§3.1).
+        let (session, max_frame_size) = (p.get_u64(), p.get_u32());
+        let (initial_window, max_streams) = (p.get_u32(), p.get_u32());
+        // Appended fields are read when present; longer payloads are allowed (§3.1).
+        let conn_window = (p.remaining() >= 4).then(|| p.get_u32());
         Ok(Hello {
             version,
             role,
-            session: p.get_u64(),
-            max_frame_size: p.get_u32(),
-            initial_window: p.get_u32(),
-            max_streams: p.get_u32(),
+            session,
+            max_frame_size,
+            initial_window,
+            max_streams,
+            conn_window,
         })
     }
 
     /// Appends the encoded frame.
     pub fn encode(&self, dst: &mut impl BufMut) {
-        put_header(dst, ty::HELLO, 0, 0, HELLO_LEN);
+        let len = if self.conn_window.is_some() {
+            HELLO_CONN_WINDOW_LEN
+        } else {
+            HELLO_LEN
+        };
+        put_header(dst, ty::HELLO, 0, 0, len);
         dst.put_u16(self.version);
         dst.put_u8(self.role.to_wire());
         dst.put_u64(self.session);
         dst.put_u32(self.max_frame_size);
         dst.put_u32(self.initial_window);
         dst.put_u32(self.max_streams);
+        if let Some(w) = self.conn_window {
+            dst.put_u32(w);
+        }
     }
 
     /// Reads the HELLO at the front of a connection's first bytes without
@@ -112,7 +130,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(version: u16, edge: bool, session: u64, mf: u32, w: u32, ms: u32) {
+        fn round_trips(
+            version: u16, edge: bool, session: u64, mf: u32, w: u32, ms: u32, cw: Option<u32>,
+        ) {
             let f = Frame::Hello(Hello {
                 version,
                 role: if edge { Role::Edge } else { Role::Remote },
@@ -120,9 +140,35 @@ mod tests {
                 max_frame_size: mf,
                 initial_window: w,
                 max_streams: ms,
+                conn_window: cw,
             });
             prop_assert_eq!(round_trip(&f), f);
         }
+    }
+
+    #[test]
+    fn a_hello_without_conn_window_is_read_as_such() {
+        let h = Hello {
+            version: 1,
+            role: Role::Edge,
+            session: 9,
+            max_frame_size: 16384,
+            initial_window: 65536,
+            max_streams: 10,
+            conn_window: None,
+        };
+        let mut b = Vec::new();
+        h.encode(&mut b);
+        assert_eq!(b.len(), 5 + HELLO_LEN);
+        assert_eq!(Hello::peek(&b), Ok(Some(h)));
+        let with = Hello {
+            conn_window: Some(1 << 20),
+            ..h
+        };
+        b.clear();
+        with.encode(&mut b);
+        assert_eq!(b.len(), 5 + HELLO_CONN_WINDOW_LEN);
+        assert_eq!(Hello::peek(&b), Ok(Some(with)));
     }
 
     #[test]
