@@ -89,6 +89,7 @@ pub struct Metrics {
     conn_outstanding: Family<ConnLabels, Gauge>,
     conn_retrans: Family<ConnLabels, Gauge>,
     conn_streams: Family<ConnLabels, Gauge>,
+    conn_credit_held: Family<ConnLabels, Gauge>,
     conn_reconnects: Family<ConnLabels, Gauge>,
     quic_cwnd: Family<ConnLabels, Gauge>,
     quic_lost: Family<ConnLabels, Gauge>,
@@ -131,6 +132,7 @@ impl Metrics {
             conn_outstanding: Family::default(),
             conn_retrans: Family::default(),
             conn_streams: Family::default(),
+            conn_credit_held: Family::default(),
             conn_reconnects: Family::default(),
             quic_cwnd: Family::default(),
             quic_lost: Family::default(),
@@ -206,6 +208,14 @@ impl Metrics {
             "pool_connection_streams",
             "Streams bound to the pool connection",
             m.conn_streams.clone(),
+        );
+        registry.register(
+            "pool_connection_credit_held_bytes",
+            "TCP carrier: bytes the peer sent on the pool connection that have not been read here \
+             yet (connection credit held; edge: replies waiting for clients, remote: uploads \
+             waiting for origins); at the connection window, 256 MiB by default, the peer stops \
+             sending on it",
+            m.conn_credit_held.clone(),
         );
         registry.register(
             "pool_connection_reconnects",
@@ -300,6 +310,7 @@ impl Metrics {
         self.conn_outstanding.clear();
         self.conn_retrans.clear();
         self.conn_streams.clear();
+        self.conn_credit_held.clear();
         self.conn_reconnects.clear();
         self.quic_cwnd.clear();
         self.quic_lost.clear();
@@ -349,6 +360,11 @@ impl Metrics {
                 self.conn_streams
                     .get_or_create(&l)
                     .set(i64::from(s.streams));
+                if let Some(held) = s.credit_held {
+                    self.conn_credit_held
+                        .get_or_create(&l)
+                        .set(i64::try_from(held).unwrap_or(i64::MAX));
+                }
                 if let Some(rtt) = s.rtt {
                     self.conn_rtt.get_or_create(&l).set(rtt.as_secs_f64());
                 }

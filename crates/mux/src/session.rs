@@ -169,6 +169,14 @@ pub struct ConnSnapshot {
     pub streams: u32,
     /// Last PING round-trip time.
     pub rtt: Option<Duration>,
+    /// Connection credit (PROTOCOL.md §4.1) the peer has used here and we have not returned:
+    /// bytes received and not yet read, plus read ones whose WINDOW is not yet due. At our
+    /// `conn_window` the peer sends nothing more on this connection. `None` without
+    /// connection credit.
+    pub credit_held: Option<u64>,
+    /// Connection credit the peer granted us here that is left; `None` without connection
+    /// credit.
+    pub send_credit: Option<u64>,
 }
 
 /// A snapshot of one stream for stats and tests.
@@ -660,6 +668,9 @@ impl Session {
                 kernel: c.kernel,
                 streams: c.streams,
                 rtt: c.rtt,
+                credit_held: (c.conn_credit)
+                    .then(|| u64::from(self.cfg.conn_window).saturating_sub(c.recv_left)),
+                send_credit: c.conn_credit.then_some(c.send_credit),
             })
             .collect()
     }
@@ -1857,6 +1868,9 @@ mod tests {
             "the connection carried its credit and no more"
         );
         assert!(!p.edge.has_transmit(p.e), "the rest waits for credit");
+        let held = p.remote.connection(p.r).unwrap().credit_held;
+        assert_eq!(held, Some(2 * window as u64));
+        assert_eq!(p.edge.connection(p.e).unwrap().send_credit, Some(0));
         // Reading returns the credit; the rest follows, never more than the window buffered.
         let mut read = 0;
         for _ in 0..100 {
@@ -1870,6 +1884,9 @@ mod tests {
             }
         }
         assert_eq!(read, 3 * window);
+        // All read: at most the last quarter window's credit is still to be returned.
+        let held = p.remote.connection(p.r).unwrap().credit_held.unwrap();
+        assert!(held < window as u64 / 4, "{held}");
     }
 
     #[test]

@@ -331,6 +331,7 @@ impl QConn {
             kernel: 0,
             outstanding: q.unsent,
             streams: self.streams.load(Ordering::Relaxed),
+            credit_held: None,
             reconnects,
             quic: Some(q),
         }

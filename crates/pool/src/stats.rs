@@ -48,6 +48,11 @@ pub struct ConnStats {
     pub outstanding: u64,
     /// Streams with a direction bound to this connection.
     pub streams: u32,
+    /// Mux connection credit the peer has used on this connection and we have not returned
+    /// (bytes received for streams whose readers have not read them yet): at the
+    /// connection window (256 MiB by default) the peer stops sending here. `None` over QUIC
+    /// or with a peer without connection credit.
+    pub credit_held: Option<u64>,
     /// Times this slot re-dialed after losing or failing a connection.
     pub reconnects: u64,
     /// QUIC path statistics (QUIC carrier only).
@@ -70,6 +75,7 @@ impl ConnStats {
             kernel: 0,
             outstanding: 0,
             streams: 0,
+            credit_held: None,
             reconnects: 0,
             quic: None,
         }
@@ -139,6 +145,7 @@ pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
             kernel,
             outstanding: snap.queued + kernel,
             streams: snap.streams,
+            credit_held: snap.credit_held,
             reconnects,
             quic: None,
         })
@@ -163,6 +170,7 @@ pub(crate) fn collect(i: &Inner, out: &mut Vec<ConnStats>) {
                 kernel: 0,
                 outstanding: 0,
                 streams: 0,
+                credit_held: None,
                 reconnects: s.reconnects,
                 quic: None,
             }));

@@ -359,6 +359,7 @@ fn metrics_count_traffic_and_show_pool_connections() {
             "longhaul_pool_connection_outstanding_bytes",
             "longhaul_pool_connection_retransmitted_segments",
             "longhaul_pool_connection_reconnects",
+            "longhaul_pool_connection_credit_held_bytes",
         ] {
             assert!(sample(&after, g, &[&pool, slot]).is_some(), "{g} {slot}");
         }
