@@ -49,20 +49,22 @@ pub const QUIC_MAPPING_VERSION: u8 = 1;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Keep-alive period (QUIC PING frames) while a connection is idle.
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(10);
-/// Connection receive window in bandwidth-delay products: room for several
-/// streams to run at full rate while the connection stays bounded (quinn's
-/// default is unbounded).
-pub const DEFAULT_CONN_WINDOW_BDPS: u64 = 4;
+/// Connection receive window: the TCP carrier's connection credit,
+/// [`mux::config::DEFAULT_CONN_WINDOW`] (256 MiB), bounded where quinn's default is not. It
+/// used to be 4 × BDP (6.5 MB at 130 ms and 100 Mbit/s), which two streams whose readers
+/// stopped, holding their 3.25 MB stream windows unread, took whole: every other stream of the
+/// connection then waited for them (tests/slow_readers.rs).
+pub const DEFAULT_RECEIVE_WINDOW: u64 = mux::config::DEFAULT_CONN_WINDOW as u64;
 /// Send window (sent, unacknowledged and buffered bytes) in bandwidth-delay
 /// products. quinn keeps data acknowledged beyond a lost packet counted in this
 /// window until the hole is repaired, so under loss a bulk stream can fill a
 /// small window and hold up the writes of every other stream on the connection
 /// (head-of-line blocking at the sender); in the virtual-time test
 /// (tests/quic_virtual_loss.rs) that happened at 2 × BDP under 1.5 % and 3 %
-/// loss and not at 3 or 4 × BDP. 4 × BDP equals the peer's connection receive
-/// window, which bounds what it would accept anyway.
+/// loss and not at 3 or 4 × BDP. Streams whose readers stop do not hold it:
+/// their bytes are acknowledged when they arrive, read or not.
 pub const DEFAULT_SEND_WINDOW_BDPS: u64 = 4;
-/// Smallest connection window, whatever the link (≥ 4 minimum stream windows).
+/// Smallest send window, whatever the link (≥ 4 minimum stream windows).
 pub const MIN_CONN_WINDOW: u64 = 4 * mux::config::MIN_STREAM_WINDOW as u64;
 
 /// Congestion controller of each QUIC connection.
@@ -101,7 +103,7 @@ pub struct QuicOptions {
     pub initial_window: Option<u64>,
     /// Per-stream receive window (the mux stream window).
     pub stream_receive_window: u64,
-    /// Per-connection receive window, bounded.
+    /// Per-connection receive window, bounded ([`DEFAULT_RECEIVE_WINDOW`]).
     pub receive_window: u64,
     /// Per-connection send window.
     pub send_window: u64,
@@ -143,9 +145,7 @@ impl QuicOptions {
             congestion: Congestion::default(),
             initial_window: None,
             stream_receive_window: stream,
-            receive_window: (DEFAULT_CONN_WINDOW_BDPS * bdp)
-                .max(MIN_CONN_WINDOW)
-                .max(stream),
+            receive_window: DEFAULT_RECEIVE_WINDOW.max(stream),
             send_window: (DEFAULT_SEND_WINDOW_BDPS * bdp).max(MIN_CONN_WINDOW),
             max_streams: mux::config::DEFAULT_MAX_STREAMS,
             keep_alive: DEFAULT_KEEP_ALIVE,

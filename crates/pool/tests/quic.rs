@@ -385,8 +385,8 @@ async fn server_loss_resets_streams_retryably_and_the_pool_reconnects() {
 #[test]
 fn options_are_validated_and_windows_follow_the_link() {
     let o = QuicOptions::for_link(Duration::from_millis(300), 200_000_000);
-    // BDP = 7.5 MB: connection window 4 × BDP, send window 4 × BDP.
-    assert_eq!(o.receive_window, 30_000_000);
+    // BDP = 7.5 MB: send window 4 × BDP; the receive window is the mux connection window.
+    assert_eq!(o.receive_window, 256 * 1024 * 1024);
     assert_eq!(o.send_window, 30_000_000);
     assert!(o.stream_receive_window <= o.receive_window);
     assert!(o.validate().is_ok());
