@@ -3,25 +3,14 @@
 //! whose bytes together exceed a connection's window all arrive whole, the writers waking as
 //! the credit comes back.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use pool::{Kind, MuxStream, Pool, PoolConfig, Server, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// Echoes every stream until the edge's FIN, then finishes it.
-fn spawn_echo(server: Arc<Server>) {
-    tokio::spawn(async move {
-        while let Some(inc) = server.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = tokio::io::split(inc.stream);
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
-}
 
 async fn pair(mux: mux::Config, connections: usize) -> (Arc<Server>, Pool) {
     let server = Arc::new(
@@ -35,7 +24,7 @@ async fn pair(mux: mux::Config, connections: usize) -> (Arc<Server>, Pool) {
         .await
         .unwrap(),
     );
-    spawn_echo(server.clone());
+    common::spawn_echo(server.clone());
     let pool = Pool::start(PoolConfig {
         remote: server.local_addr().to_string(),
         connections,

@@ -4,13 +4,14 @@
 //! same connection is still answered. Only once a connection's window (256 MiB) is held unread
 //! would every stream on it wait.
 
-use std::path::Path;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use pool::quic::QuicOptions;
-use pool::tls::{gen_keys, GenKeysOptions, TlsClient, TlsFiles, TlsServer};
+use pool::tls::{gen_keys, GenKeysOptions, TlsClient, TlsServer};
 use pool::{Kind, MuxStream, Pool, PoolConfig, Server, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -23,21 +24,19 @@ fn spawn_server(server: Arc<Server>, big: usize) {
     tokio::spawn(async move {
         while let Some(inc) = server.accept().await {
             tokio::spawn(async move {
-                let (mut r, mut w) = tokio::io::split(inc.stream);
-                if inc.target == "big:1" {
-                    let chunk = vec![7u8; 64 * 1024];
-                    let mut sent = 0;
-                    while sent < big {
-                        if w.write_all(&chunk).await.is_err() {
-                            return;
-                        }
-                        sent += chunk.len();
-                    }
-                    let _ = w.shutdown().await;
-                } else {
-                    let _ = tokio::io::copy(&mut r, &mut w).await;
-                    let _ = w.shutdown().await;
+                if inc.target != "big:1" {
+                    return common::echo(inc.stream).await;
                 }
+                let chunk = vec![7u8; 64 * 1024];
+                let mut s = inc.stream;
+                let mut sent = 0;
+                while sent < big {
+                    if s.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                    sent += chunk.len();
+                }
+                let _ = s.shutdown().await;
             });
         }
     });
@@ -91,19 +90,11 @@ async fn stopped_readers_do_not_stall_their_tcp_pool_connection() {
     pool.close(Duration::ZERO).await;
 }
 
-fn tls_files(dir: &Path, side: &str) -> TlsFiles {
-    TlsFiles {
-        cert: dir.join(format!("{side}.pem")),
-        key: dir.join(format!("{side}.key")),
-        ca: vec![dir.join("ca.pem")],
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_readers_do_not_stall_their_quic_pool_connection() {
     let dir = tempfile::tempdir().unwrap();
     gen_keys(dir.path(), &GenKeysOptions::default()).unwrap();
-    let tls = Arc::new(TlsServer::new(tls_files(dir.path(), "remote")).unwrap());
+    let tls = Arc::new(TlsServer::new(common::tls_files(dir.path(), "remote")).unwrap());
     let server = Arc::new(
         Server::bind_quic(
             "127.0.0.1:0".parse().unwrap(),
@@ -120,7 +111,8 @@ async fn stopped_readers_do_not_stall_their_quic_pool_connection() {
         connections: 1,
         ..PoolConfig::default()
     };
-    let tls = Arc::new(TlsClient::new(tls_files(dir.path(), "edge"), "longhaul-remote").unwrap());
+    let tls =
+        Arc::new(TlsClient::new(common::tls_files(dir.path(), "edge"), "longhaul-remote").unwrap());
     let pool = Pool::start_quic(cfg, tls, QuicOptions::default()).unwrap();
     assert!(pool.ready(Duration::from_secs(5)).await);
     others_still_flow(&pool).await;

@@ -2,6 +2,8 @@
 //! of failing: over the mux on loopback TCP, and over QUIC, against a remote whose
 //! `max_streams` is 2.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pool::quic::QuicOptions;
-use pool::tls::{gen_keys, GenKeysOptions, TlsClient, TlsFiles, TlsServer};
+use pool::tls::{gen_keys, GenKeysOptions, TlsClient, TlsServer};
 use pool::{Kind, MuxStream, Pool, PoolConfig, PoolError, Server, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -26,19 +28,6 @@ fn server_cfg() -> ServerConfig {
         },
         ..ServerConfig::default()
     }
-}
-
-/// Echoes every stream until the edge's FIN, then finishes it.
-fn spawn_echo(server: Arc<Server>) {
-    tokio::spawn(async move {
-        while let Some(inc) = server.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = tokio::io::split(inc.stream);
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
 }
 
 fn pool_cfg(remote: SocketAddr, wait: Duration, queue: usize) -> PoolConfig {
@@ -59,20 +48,12 @@ async fn tcp_pair(wait: Duration, queue: usize) -> (Arc<Server>, Pool) {
             .await
             .unwrap(),
     );
-    spawn_echo(server.clone());
+    common::spawn_echo(server.clone());
     let pool = Pool::start(pool_cfg(server.local_addr(), wait, queue));
     assert!(pool.ready(Duration::from_secs(5)).await);
     // Both connections up, so "every connection is full" is what is tested.
     wait_for(|| pool.load().up == 2).await;
     (server, pool)
-}
-
-fn tls_files(dir: &Path, side: &str) -> TlsFiles {
-    TlsFiles {
-        cert: dir.join(format!("{side}.pem")),
-        key: dir.join(format!("{side}.key")),
-        ca: vec![dir.join("ca.pem")],
-    }
 }
 
 fn quic_opts(max_streams: u32) -> QuicOptions {
@@ -90,7 +71,7 @@ async fn quic_pair(
     wait: Duration,
     queue: usize,
 ) -> (Arc<Server>, Pool) {
-    let tls = Arc::new(TlsServer::new(tls_files(dir, "remote")).unwrap());
+    let tls = Arc::new(TlsServer::new(common::tls_files(dir, "remote")).unwrap());
     let server = Arc::new(
         Server::bind_quic(
             "127.0.0.1:0".parse().unwrap(),
@@ -101,12 +82,12 @@ async fn quic_pair(
         .await
         .unwrap(),
     );
-    spawn_echo(server.clone());
+    common::spawn_echo(server.clone());
     let cfg = PoolConfig {
         connections: 1,
         ..pool_cfg(server.local_addr(), wait, queue)
     };
-    let tls = Arc::new(TlsClient::new(tls_files(dir, "edge"), "longhaul-remote").unwrap());
+    let tls = Arc::new(TlsClient::new(common::tls_files(dir, "edge"), "longhaul-remote").unwrap());
     let pool = Pool::start_quic(cfg, tls, quic_opts(edge_limit)).unwrap();
     assert!(pool.ready(Duration::from_secs(5)).await);
     (server, pool)

@@ -1,6 +1,8 @@
 //! The pool over mutually authenticated TLS 1.3 on loopback: byte-exact streams, refused
 //! peers (no certificate, another CA, wrong server name), and key rotation with an overlap.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -34,16 +36,7 @@ async fn tls_server(tls: Arc<TlsServer>) -> Arc<Server> {
         .await
         .unwrap();
     let server = Arc::new(server);
-    let s = server.clone();
-    tokio::spawn(async move {
-        while let Some(inc) = s.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = tokio::io::split(inc.stream);
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
+    common::spawn_echo(server.clone());
     server
 }
 
