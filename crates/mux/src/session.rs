@@ -2025,6 +2025,145 @@ mod tests {
         }
     }
 
+    /// One step of [`connection_credit_is_conserved`]: stream `i` is an index into the streams
+    /// opened so far.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Open(u16),
+        EdgeSend(usize, u32),
+        RemoteSend(usize, u32),
+        EdgeRead(usize, u32),
+        RemoteRead(usize, u32),
+        EdgeFinish(usize),
+        RemoteFinish(usize),
+        EdgeReset(usize),
+        RemoteReset(usize),
+        EdgeRelease(usize),
+        RemoteRelease(usize),
+        Shuttle,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let i = 0usize..8;
+        let n = 1u32..200_000;
+        prop_oneof![
+            (0u16..3000).prop_map(Op::Open),
+            (i.clone(), n.clone()).prop_map(|(i, n)| Op::EdgeSend(i, n)),
+            (i.clone(), n.clone()).prop_map(|(i, n)| Op::RemoteSend(i, n)),
+            (i.clone(), n.clone()).prop_map(|(i, n)| Op::EdgeRead(i, n)),
+            (i.clone(), n).prop_map(|(i, n)| Op::RemoteRead(i, n)),
+            i.clone().prop_map(Op::EdgeFinish),
+            i.clone().prop_map(Op::RemoteFinish),
+            i.clone().prop_map(Op::EdgeReset),
+            i.clone().prop_map(Op::RemoteReset),
+            i.clone().prop_map(Op::EdgeRelease),
+            i.prop_map(Op::RemoteRelease),
+            Just(Op::Shuttle),
+            Just(Op::Shuttle),
+        ]
+    }
+
+    /// With nothing in flight, what one side may still send on the connection plus what the
+    /// other holds unreturned is the whole connection window, both ways (PROTOCOL.md §4.1).
+    fn assert_conserved(p: &Pair, window: u64) {
+        let (e, r) = (
+            p.edge.connection(p.e).unwrap(),
+            p.remote.connection(p.r).unwrap(),
+        );
+        assert_eq!(
+            e.send_credit.unwrap() + r.credit_held.unwrap(),
+            window,
+            "edge to remote"
+        );
+        assert_eq!(
+            r.send_credit.unwrap() + e.credit_held.unwrap(),
+            window,
+            "remote to edge"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Whatever the applications do (write, read, finish, reset, release, in any order),
+        /// connection credit is neither lost nor created: a leak would stall a long-lived pool
+        /// connection for good, a surplus would break the memory bound.
+        #[test]
+        fn connection_credit_is_conserved(ops in proptest::collection::vec(op(), 1..120)) {
+            let mut p = Pair::with(narrow(), narrow());
+            let window = u64::from(narrow().conn_window);
+            let mut ids: Vec<u64> = Vec::new();
+            let mut buf = vec![0u8; 200_000];
+            let pick = |ids: &[u64], i: usize| ids.get(i % ids.len().max(1)).copied();
+            for op in ops {
+                match op {
+                    Op::Open(n) => {
+                        let first = vec![1u8; usize::from(n)];
+                        if let Ok(id) = p.edge.open(Kind::Tunnel, "a:1", &first, false) {
+                            ids.push(id);
+                        }
+                    }
+                    Op::EdgeSend(i, n) => if let Some(id) = pick(&ids, i) {
+                        let _ = p.edge.send(id, &buf[..n as usize]);
+                    },
+                    Op::RemoteSend(i, n) => if let Some(id) = pick(&ids, i) {
+                        let _ = p.remote.send(id, &buf[..n as usize]);
+                    },
+                    Op::EdgeRead(i, n) => if let Some(id) = pick(&ids, i) {
+                        let _ = p.edge.read(id, &mut buf[..n as usize]);
+                    },
+                    Op::RemoteRead(i, n) => if let Some(id) = pick(&ids, i) {
+                        let _ = p.remote.read(id, &mut buf[..n as usize]);
+                    },
+                    Op::EdgeFinish(i) => if let Some(id) = pick(&ids, i) {
+                        let _ = p.edge.finish(id);
+                    },
+                    Op::RemoteFinish(i) => if let Some(id) = pick(&ids, i) {
+                        let _ = p.remote.finish(id);
+                    },
+                    Op::EdgeReset(i) => if let Some(id) = pick(&ids, i) {
+                        p.edge.reset(id, ErrorCode::CANCEL);
+                    },
+                    Op::RemoteReset(i) => if let Some(id) = pick(&ids, i) {
+                        p.remote.reset(id, ErrorCode::CANCEL);
+                    },
+                    Op::EdgeRelease(i) => if let Some(id) = pick(&ids, i) {
+                        p.edge.release(id);
+                    },
+                    Op::RemoteRelease(i) => if let Some(id) = pick(&ids, i) {
+                        p.remote.release(id);
+                    },
+                    Op::Shuttle => {
+                        p.shuttle();
+                        assert_conserved(&p, window);
+                    }
+                }
+                let _ = p.edge_events();
+                let _ = p.remote_events();
+            }
+            // Both sides read everything and let go; all credit comes back but for less than
+            // a quarter window each way.
+            for _ in 0..50 {
+                p.shuttle();
+                for &id in &ids {
+                    while let Ok(Read::Data(_)) = p.edge.read(id, &mut buf) {}
+                    while let Ok(Read::Data(_)) = p.remote.read(id, &mut buf) {}
+                }
+            }
+            for &id in &ids {
+                p.edge.release(id);
+                p.remote.release(id);
+            }
+            p.shuttle();
+            assert_conserved(&p, window);
+            let quarter = u64::from(narrow().stream_window) / 4;
+            proptest::prop_assert!(p.edge.connection(p.e).unwrap().credit_held.unwrap() < quarter);
+            proptest::prop_assert!(p.remote.connection(p.r).unwrap().credit_held.unwrap() < quarter);
+            proptest::prop_assert_eq!(p.edge.connection(p.e).unwrap().state, ConnState::Up);
+        }
+    }
+
     #[test]
     fn stream_limit_is_the_smaller_max_streams_and_frees_on_release() {
         let small = |n| Config {
