@@ -2025,6 +2025,43 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_edge_with_a_remote_without_connection_credit_sends_as_before() {
+        let t = Instant::now();
+        let c = Config {
+            max_buffered_bytes: 10 * u64::from(narrow().stream_window),
+            ..narrow()
+        };
+        let mut edge = Session::new(Role::Edge, 9, c.clone(), Policy::LeastOutstanding);
+        let e = edge.add_connection(t);
+        let mut b = Vec::new();
+        Hello {
+            version: VERSION,
+            role: Role::Remote,
+            session: 9,
+            max_frame_size: 16384,
+            initial_window: c.stream_window,
+            max_streams: 1000,
+            conn_window: None,
+        }
+        .encode(&mut b);
+        edge.handle_input(e, &b, t);
+        assert_eq!(c.legacy_max_streams(), 10);
+        assert_eq!(edge.stream_limit(), 10);
+        assert_eq!(edge.connection(e).unwrap().send_credit, None);
+        // Three whole stream windows leave at once, beyond our own connection window: the
+        // remote grants no connection credit, so none is counted.
+        let window = c.stream_window as usize;
+        for _ in 0..3 {
+            let id = edge.open(Kind::Tunnel, "a:1", b"", false).unwrap();
+            assert_eq!(edge.send(id, &vec![0u8; window]).unwrap(), window);
+        }
+        let mut out = Vec::new();
+        edge.poll_transmit(e, usize::MAX, &mut out);
+        assert!(out.len() > 3 * window, "{} bytes framed", out.len());
+        assert!(!edge.has_transmit(e));
+    }
+
     /// One step of [`connection_credit_is_conserved`]: stream `i` is an index into the streams
     /// opened so far.
     #[derive(Debug, Clone)]
