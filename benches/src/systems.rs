@@ -388,7 +388,7 @@ pub fn longhaul_bin(name: &str) -> Result<PathBuf> {
     let p = dir.join(name);
     if !p.is_file() {
         bail!(
-            "{} not found: build it first (cargo build --release -p edge-proxy -p remote-proxy) \
+            "{} not found: build it first (cargo build --release -p longhaul) \
              or set LONGHAUL_BIN_DIR",
             p.display()
         );

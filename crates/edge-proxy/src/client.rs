@@ -27,10 +27,10 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::errors::{log_access, Access, EdgeError};
-use crate::http1::{self, BodyKind, CopyError, HeadError, Header, OutFraming, RequestHead};
-use crate::target::{parse_absolute, parse_authority, Authority};
 use crate::transport::{FarFailure, StreamKind, Transport};
 use crate::tunnel;
+use http1::target::{parse_absolute, parse_authority, Authority};
+use http1::{BodyKind, CopyError, HeadError, Header, OutFraming, RequestHead};
 
 /// How the edge answers CONNECT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]

@@ -6,14 +6,16 @@
 //! file (see the binary). It does NOT open sockets.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use app::config::{
+    check_host_port, effective_mode, is_loopback_authority, CarrierName, LinkConfig, LogFormat,
+    Mode, PolicyName, QuicSection, TlsSection, DEFAULT_CONGESTION, DEFAULT_DRAIN_GRACE_MS,
+};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{ConnectReply, Settings};
-use crate::http1;
 
 /// Default explicit proxy listener.
 pub const DEFAULT_EDGE_LISTEN: &str = "127.0.0.1:3128";
@@ -37,8 +39,6 @@ pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_CLIENT_SEND_TIMEOUT_MS: u64 = 60_000;
 /// Default ports CONNECT may reach: HTTPS only (like Squid's `SSL_ports`).
 pub const DEFAULT_CONNECT_PORTS: &[u16] = &[443];
-/// Default drain grace period on SIGTERM.
-pub const DEFAULT_DRAIN_GRACE_MS: u64 = 10_000;
 /// Default limit of client connections served at once (each costs two small buffers and one
 /// task; a further connection is answered `503 too-many-connections` and closed, at most
 /// [`crate::server::DEFAULT_MAX_REFUSALS`] such answers at once).
@@ -55,12 +55,6 @@ pub const DEFAULT_OPEN_QUEUE: usize = pool::DEFAULT_OPEN_QUEUE;
 /// Default of `pool.open_wait_ms`: longest wait of one request for a stream slot before it
 /// gets 503 `pool-busy` ([`pool::DEFAULT_OPEN_WAIT`], which says why).
 pub const DEFAULT_OPEN_WAIT_MS: u64 = pool::DEFAULT_OPEN_WAIT.as_millis() as u64;
-/// Default round-trip time of the long link (sizes windows from the bandwidth-delay product).
-pub const DEFAULT_LINK_RTT_MS: u32 = 130;
-/// Default rate of the long link.
-pub const DEFAULT_LINK_RATE_MBIT: u32 = 100;
-/// Default congestion control of pool connections.
-pub const DEFAULT_CONGESTION: &str = "bbr";
 /// Default client networks: loopback and private address space (like Squid's `localnet`).
 pub const DEFAULT_ALLOWED_CLIENTS: &[&str] = &[
     "127.0.0.0/8",
@@ -74,156 +68,6 @@ pub const DEFAULT_ALLOWED_CLIENTS: &[&str] = &[
 ];
 /// Default HTTP ports of intercepted connections.
 pub const DEFAULT_TRANSPARENT_HTTP_PORTS: &[u16] = &[80];
-
-/// Development (the no-argument default: loopback only, private origins allowed) or production.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// Binds loopback only; the remote may reach loopback and private origins.
-    Development,
-    /// Binds any address; the remote refuses private targets unless allowed.
-    Production,
-}
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Pool scheduling policy (mirrors `mux::Policy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum PolicyName {
-    /// Least outstanding bytes (queued + in the kernel send queue): the default.
-    LeastOutstanding,
-    /// Round-robin (baseline).
-    RoundRobin,
-    /// Fewest bound streams (baseline).
-    FewestStreams,
-}
-
-/// Transport of the pool connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum CarrierName {
-    /// TCP (+ mutual TLS 1.3 off loopback): the default.
-    #[default]
-    Tcp,
-    /// QUIC (mutual TLS 1.3 built in, always required): one QUIC stream per request, so a lost
-    /// packet delays only the streams whose data it carried.
-    Quic,
-}
-
-/// Default QUIC keep-alive period.
-pub const DEFAULT_QUIC_KEEP_ALIVE_MS: u64 = 10_000;
-/// Default QUIC idle timeout: a pool connection silent this long is replaced (black holes).
-pub const DEFAULT_QUIC_IDLE_TIMEOUT_MS: u64 = 30_000;
-
-/// QUIC tuning (`[pool.quic]` on the edge, `[quic]` on the remote); windows come from `[link]`
-/// and the congestion controller from `congestion` (`reno` = NewReno).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct QuicSection {
-    /// Keep-alive (QUIC PING) period while idle.
-    pub keep_alive_ms: u64,
-    /// Idle timeout: silence this long closes and replaces the connection.
-    pub idle_timeout_ms: u64,
-    /// Initial congestion window in bytes; absent = the controller's default (~14.7 KB).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub initial_window: Option<u64>,
-}
-
-impl Default for QuicSection {
-    fn default() -> Self {
-        QuicSection {
-            keep_alive_ms: DEFAULT_QUIC_KEEP_ALIVE_MS,
-            idle_timeout_ms: DEFAULT_QUIC_IDLE_TIMEOUT_MS,
-            initial_window: None,
-        }
-    }
-}
-
-impl QuicSection {
-    /// The pool crate's QUIC options for `link` and congestion control `cc`.
-    pub fn options(&self, link: &LinkConfig, cc: &str) -> pool::quic::QuicOptions {
-        pool::quic::QuicOptions {
-            congestion: cc.parse().unwrap_or_default(),
-            initial_window: self.initial_window,
-            keep_alive: Duration::from_millis(self.keep_alive_ms),
-            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
-            ..pool::quic::QuicOptions::for_link_bdps(
-                Duration::from_millis(u64::from(link.rtt_ms)),
-                u64::from(link.rate_mbit) * 1_000_000,
-                link.stream_window_bdp,
-            )
-        }
-    }
-
-    /// Checks the values; the error names the key under `key`.
-    pub fn validate(&self, key: &str, link: &LinkConfig) -> Result<(), String> {
-        self.options(link, "bbr")
-            .validate()
-            .map_err(|e| format!("{key}: {e}"))
-    }
-}
-
-/// The long link between edge and remote; windows are sized from its bandwidth-delay product.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LinkConfig {
-    /// Round-trip time in milliseconds.
-    pub rtt_ms: u32,
-    /// Rate in Mbit/s.
-    pub rate_mbit: u32,
-    /// Per-stream window in bandwidth-delay products (this side's receive window for each
-    /// stream: the edge's limits replies, the remote's uploads). A wider window lets one large
-    /// transfer ride out loss on the long link and costs concurrent streams per session
-    /// (`mux::Config::for_link_bdps`).
-    pub stream_window_bdp: u32,
-}
-
-impl Default for LinkConfig {
-    fn default() -> Self {
-        LinkConfig {
-            rtt_ms: DEFAULT_LINK_RTT_MS,
-            rate_mbit: DEFAULT_LINK_RATE_MBIT,
-            stream_window_bdp: mux::config::DEFAULT_STREAM_WINDOW_BDPS,
-        }
-    }
-}
-
-impl LinkConfig {
-    /// Bandwidth-delay product in bytes.
-    pub fn bdp_bytes(&self) -> u64 {
-        u64::from(self.rate_mbit) * 1_000_000 / 8 * u64::from(self.rtt_ms) / 1000
-    }
-
-    /// Checks ranges.
-    pub fn validate(&self) -> Result<(), String> {
-        if !(1..=10_000).contains(&self.rtt_ms) {
-            return Err(format!("link.rtt_ms {} must be in 1..=10000", self.rtt_ms));
-        }
-        if !(1..=400_000).contains(&self.rate_mbit) {
-            return Err(format!(
-                "link.rate_mbit {} must be in 1..=400000",
-                self.rate_mbit
-            ));
-        }
-        let max = mux::config::MAX_STREAM_WINDOW_BDPS;
-        if !(1..=max).contains(&self.stream_window_bdp) {
-            return Err(format!(
-                "link.stream_window_bdp {} must be in 1..={max}",
-                self.stream_window_bdp
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// Interception (transparent proxy) settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -242,66 +86,6 @@ pub struct TransparentConfig {
 
 fn default_http_ports() -> Vec<u16> {
     DEFAULT_TRANSPARENT_HTTP_PORTS.to_vec()
-}
-
-/// Mutual TLS 1.3 of pool connections (`[pool.tls]` on the edge, `[tls]` on the remote):
-/// PEM files as `gen-keys` writes them.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsSection {
-    /// This side's certificate (edge: `edge.pem`, remote: `remote.pem`).
-    pub cert: PathBuf,
-    /// This side's private key (mode 0600).
-    pub key: PathBuf,
-    /// CA certificates the peer's certificate must chain to. All are trusted at once: list the
-    /// old and the new CA during a key rotation.
-    pub ca: Vec<PathBuf>,
-    /// Edge only: the name the remote's certificate must carry (a DNS name or an IP address
-    /// in its subjectAltName). Default: the name `gen-keys` uses, [`pool::tls::DEFAULT_SERVER_NAME`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_name: Option<String>,
-}
-
-impl TlsSection {
-    /// The files `gen-keys --out dir` wrote for `side` ("edge" or "remote").
-    pub fn from_dir(dir: &Path, side: &str) -> TlsSection {
-        TlsSection {
-            cert: dir.join(format!("{side}.pem")),
-            key: dir.join(format!("{side}.key")),
-            ca: vec![dir.join("ca.pem")],
-            server_name: None,
-        }
-    }
-
-    /// The pool crate's view of the files.
-    pub fn files(&self) -> pool::tls::TlsFiles {
-        pool::tls::TlsFiles {
-            cert: self.cert.clone(),
-            key: self.key.clone(),
-            ca: self.ca.clone(),
-        }
-    }
-
-    /// Checks the section's shape (the files themselves are loaded by the binary).
-    pub fn validate(&self, key: &str) -> Result<(), String> {
-        if self.ca.is_empty() {
-            return Err(format!(
-                "{key}.ca is empty: list at least one CA certificate file"
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Whether `host:port` names this host (a loopback address or `localhost`).
-pub fn is_loopback_authority(s: &str) -> bool {
-    match crate::target::parse_authority(s, None) {
-        Ok(a) => match a.ip() {
-            Some(ip) => ip.is_loopback(),
-            None => a.host == "localhost",
-        },
-        Err(_) => false,
-    }
 }
 
 /// The pool of connections to the remote proxy.
@@ -403,7 +187,7 @@ pub struct EdgeConfig {
     /// Interception; absent = off.
     pub transparent: Option<TransparentConfig>,
     /// Prometheus `/metrics` endpoint (`[metrics]`); off by default.
-    pub metrics: crate::metrics::MetricsConfig,
+    pub metrics: app::metrics::MetricsConfig,
 }
 
 impl Default for EdgeConfig {
@@ -425,36 +209,13 @@ impl Default for EdgeConfig {
             client_send_timeout_ms: DEFAULT_CLIENT_SEND_TIMEOUT_MS,
             drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
             log_format: LogFormat::Text,
-            log_level: crate::logging::DEFAULT_LOG_LEVEL.into(),
+            log_level: app::logging::DEFAULT_LOG_LEVEL.into(),
             link: LinkConfig::default(),
             pool: PoolSection::default(),
             transparent: None,
-            metrics: crate::metrics::MetricsConfig::default(),
+            metrics: app::metrics::MetricsConfig::default(),
         }
     }
-}
-
-/// Reads a TOML file into `T`, with the file name in errors.
-pub fn load_toml<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
-}
-
-/// Splits `host:port` and checks both parts.
-pub fn check_host_port(what: &str, s: &str) -> Result<(), String> {
-    crate::target::parse_authority(s, None)
-        .map(|_| ())
-        .map_err(|e| format!("{what} {s:?}: {e}"))
-}
-
-/// The mode in force: the configured one, else development when every address is loopback.
-pub fn effective_mode(mode: Option<Mode>, addrs: &[SocketAddr]) -> Mode {
-    mode.unwrap_or(if addrs.iter().all(|a| a.ip().is_loopback()) {
-        Mode::Development
-    } else {
-        Mode::Production
-    })
 }
 
 impl PoolSection {
@@ -789,7 +550,7 @@ stream_window_bdp = 4
         )
         .unwrap();
         c.validate().unwrap();
-        let m = crate::pool_transport::mux_config(&c.link);
+        let m = app::pool_glue::mux_config(&c.link);
         assert_eq!(m.stream_window, 1_000_000);
         let q = c.pool.quic.options(&c.link, "bbr");
         assert_eq!(q.stream_receive_window, 1_000_000);
@@ -803,10 +564,7 @@ rate_mbit = 10
 ",
         )
         .unwrap();
-        assert_eq!(
-            crate::pool_transport::mux_config(&d.link).stream_window,
-            500_000
-        );
+        assert_eq!(app::pool_glue::mux_config(&d.link).stream_window, 500_000);
         for bad in [0, 17] {
             let c: EdgeConfig = toml::from_str(&format!(
                 "[link]

@@ -11,8 +11,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::http1::HeadError;
 use crate::transport::{FarCode, FarFailure, OpenCause, OpenError};
+use http1::reply::synthetic_response;
+use http1::HeadError;
 
 /// A failure the client is told about with a synthetic response.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -129,34 +130,6 @@ impl From<HeadError> for EdgeError {
     }
 }
 
-/// Reason phrase of the statuses the proxies generate.
-pub fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        408 => "Request Timeout",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Error",
-    }
-}
-
-/// A `Connection: close` response with a plain-text one-line body.
-pub fn synthetic_response(status: u16, tag: &str, reason: &str) -> Vec<u8> {
-    let body = format!("{status} {}: {reason}\n", reason_phrase(status));
-    format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
-         X-Longhaul-Error: {tag}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n{body}",
-        reason_phrase(status),
-        body.len()
-    )
-    .into_bytes()
-}
-
 /// One access-log record: one per request or tunnel.
 #[derive(Debug)]
 pub struct Access<'a> {
@@ -202,7 +175,7 @@ pub fn log_access(a: &Access<'_>) {
         "CONNECT" | "TUNNEL" => "tunnel",
         _ => "http",
     };
-    crate::metrics::record_access(kind, a.status, a.bytes_up, a.bytes_down, a.outcome, a.ttfb);
+    app::metrics::record_access(kind, a.status, a.bytes_up, a.bytes_down, a.outcome, a.ttfb);
 }
 
 #[cfg(test)]

@@ -10,21 +10,15 @@
 //! What it does NOT do: resolve names or talk to origins (the remote proxy does), cache, look
 //! inside HTTPS, or speak HTTP/2 to clients.
 //!
-//! [`http1`] (heads and body framing) is shared with the remote proxy.
+//! What it shares with the remote proxy lives below both: HTTP/1 in the `http1` crate,
+//! configuration sections, logging, metrics and the process loop in the `app` crate.
 #![forbid(unsafe_code)]
 
 pub mod client;
 pub mod config;
 pub mod errors;
-pub mod http1;
-pub mod keys;
-pub mod logging;
-pub mod metrics;
-pub mod notify;
 pub mod pool_transport;
-pub mod reload;
 pub mod remotes;
 pub mod server;
-pub mod target;
 pub mod transport;
 mod tunnel;

@@ -8,13 +8,15 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use app::pool_glue::{mux_config, policy, socket_options};
 use bytes::Bytes;
 use pool::tls::{TlsClient, TlsDialer};
-use pool::{ErrorCode, Kind, MuxStream, Pool, PoolConfig, PoolError, SocketOptions};
+use pool::{ErrorCode, MuxStream, Pool, PoolConfig, PoolError};
 
-use crate::config::{CarrierName, EdgeConfig, LinkConfig, PolicyName};
+use crate::config::EdgeConfig;
 use crate::remotes::{Remote, Remotes};
 use crate::transport::{FarCode, FarFailure, OpenError, StreamKind, Transport};
+use app::config::CarrierName;
 
 impl Transport for Pool {
     type Stream = MuxStream;
@@ -25,11 +27,10 @@ impl Transport for Pool {
         target: &str,
         first: Bytes,
     ) -> Result<MuxStream, OpenError> {
-        let (kind, label) = mux_kind(kind);
-        let s = Pool::open(self, kind, target, first)
+        let s = Pool::open(self, kind.mux(), target, first)
             .await
             .map_err(open_error)?;
-        crate::metrics::stream_opened(label);
+        app::metrics::stream_opened(kind.label());
         Ok(s)
     }
 
@@ -52,14 +53,6 @@ pub fn open_error(e: PoolError) -> OpenError {
     }
 }
 
-/// Mux stream kind and its metrics label.
-pub fn mux_kind(k: StreamKind) -> (Kind, &'static str) {
-    match k {
-        StreamKind::Http => (Kind::Http, "http"),
-        StreamKind::Tunnel => (Kind::Tunnel, "tunnel"),
-    }
-}
-
 /// Wire code → far-side failure class.
 pub fn far_code(code: ErrorCode) -> FarCode {
     match code {
@@ -70,32 +63,6 @@ pub fn far_code(code: ErrorCode) -> FarCode {
         ErrorCode::CONNECTION_LOST => FarCode::ConnectionLost,
         ErrorCode::REFUSED_STREAM => FarCode::Refused,
         _ => FarCode::Other,
-    }
-}
-
-/// Protocol limits for the configured link (windows = bandwidth-delay product).
-pub fn mux_config(link: &LinkConfig) -> mux::Config {
-    mux::Config::for_link_bdps(
-        Duration::from_millis(u64::from(link.rtt_ms)),
-        u64::from(link.rate_mbit) * 1_000_000,
-        link.stream_window_bdp,
-    )
-}
-
-/// Scheduling policy.
-pub fn policy(p: PolicyName) -> mux::Policy {
-    match p {
-        PolicyName::LeastOutstanding => mux::Policy::LeastOutstanding,
-        PolicyName::RoundRobin => mux::Policy::RoundRobin,
-        PolicyName::FewestStreams => mux::Policy::FewestStreams,
-    }
-}
-
-/// Socket options with the configured congestion control.
-pub fn socket_options(congestion: &str) -> SocketOptions {
-    SocketOptions {
-        congestion: Some(congestion.to_string()),
-        ..SocketOptions::default()
     }
 }
 

@@ -166,14 +166,14 @@ impl Transport for Remotes {
         }
         // First pass: no waiting, so a remote with a free stream slot is used at once even if
         // a less loaded one is at its stream limit.
-        let (mux_kind, label) = crate::pool_transport::mux_kind(kind);
+        let (mux_kind, label) = (kind.mux(), kind.label());
         let mut reasons = Vec::new();
         let mut busy = None;
         for i in self.order() {
             let r = &remotes[i];
             match r.pool.try_open(mux_kind, target, first.clone()).await {
                 Ok(s) => {
-                    crate::metrics::stream_opened(label);
+                    app::metrics::stream_opened(label);
                     return Ok(s);
                 }
                 Err(PoolError::StreamLimit { .. }) => {

@@ -12,15 +12,7 @@ use std::io;
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-/// What a stream carries (mirrors `mux::Kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamKind {
-    /// One HTTP/1.1 request (edge to remote) and exactly one response (remote to edge), then
-    /// FIN each way. A `CONNECT` request on such a stream turns it into a tunnel after a `200`.
-    Http,
-    /// Raw bytes both ways to `target`.
-    Tunnel,
-}
+pub use app::pool_glue::StreamKind;
 
 /// Why the far side of a stream failed, as reported by the transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,9 +18,9 @@ use tokio::net::TcpStream;
 
 use crate::client::{self, abort, ConnectReply, Ctx};
 use crate::errors::{log_access, Access, EdgeError};
-use crate::http1::{self, RequestHead};
-use crate::target::parse_authority;
 use crate::transport::{StreamKind, Transport};
+use http1::target::parse_authority;
+use http1::RequestHead;
 
 /// Buffer of each tunnel direction (bounds memory per tunnel; the stream's credit bounds the rest).
 pub const DEFAULT_TUNNEL_BUFFER: usize = 64 * 1024;

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use edge_proxy::config::{
+use app::config::{
     CarrierName, LinkConfig, LogFormat, Mode, PolicyName, QuicSection, TlsSection,
+    DEFAULT_DRAIN_GRACE_MS,
 };
 use serde::{Deserialize, Serialize};
 
@@ -27,8 +28,6 @@ pub const DEFAULT_ORIGIN_TIMEOUT_MS: u64 = 60_000;
 pub const DEFAULT_ORIGIN_IDLE_TIMEOUT_MS: u64 = 90_000;
 /// Default idle keep-alive connections kept per origin.
 pub const DEFAULT_ORIGIN_MAX_IDLE_PER_HOST: usize = 32;
-/// Default drain grace period on SIGTERM.
-pub const DEFAULT_DRAIN_GRACE_MS: u64 = 10_000;
 
 /// The remote's configuration file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -85,7 +84,7 @@ pub struct RemoteConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSection>,
     /// Prometheus `/metrics` endpoint (`[metrics]`); off by default.
-    pub metrics: edge_proxy::metrics::MetricsConfig,
+    pub metrics: app::metrics::MetricsConfig,
     /// Most authenticated pool connections at once, all edges together.
     pub max_pool_connections: usize,
     /// Most pool connections in their TLS/QUIC handshake (before their HELLO) at once.
@@ -107,17 +106,17 @@ impl Default for RemoteConfig {
             origin_timeout_ms: DEFAULT_ORIGIN_TIMEOUT_MS,
             origin_idle_timeout_ms: DEFAULT_ORIGIN_IDLE_TIMEOUT_MS,
             origin_max_idle_per_host: DEFAULT_ORIGIN_MAX_IDLE_PER_HOST,
-            max_header_bytes: edge_proxy::http1::DEFAULT_MAX_HEADER_BYTES,
+            max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
             drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
-            congestion: edge_proxy::config::DEFAULT_CONGESTION.into(),
+            congestion: app::config::DEFAULT_CONGESTION.into(),
             reply_policy: PolicyName::LeastOutstanding,
             log_format: LogFormat::Text,
-            log_level: edge_proxy::logging::DEFAULT_LOG_LEVEL.into(),
+            log_level: app::logging::DEFAULT_LOG_LEVEL.into(),
             link: LinkConfig::default(),
             carrier: CarrierName::Tcp,
             quic: QuicSection::default(),
             tls: None,
-            metrics: edge_proxy::metrics::MetricsConfig::default(),
+            metrics: app::metrics::MetricsConfig::default(),
             max_pool_connections: pool::DEFAULT_MAX_SERVER_CONNECTIONS,
             max_handshakes: pool::DEFAULT_MAX_HANDSHAKES,
             max_handshakes_per_source: pool::DEFAULT_MAX_HANDSHAKES_PER_SOURCE,
@@ -128,7 +127,7 @@ impl Default for RemoteConfig {
 impl RemoteConfig {
     /// The mode in force.
     pub fn mode(&self) -> Mode {
-        edge_proxy::config::effective_mode(self.mode, &[self.listen])
+        app::config::effective_mode(self.mode, &[self.listen])
     }
 
     /// Checks ranges and the development-mode rule; the error names the key.

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use edge_proxy::errors::synthetic_response;
+use http1::reply::synthetic_response;
 
 use crate::policy::ResolveError;
 
@@ -138,10 +138,10 @@ impl From<ResolveError> for RemoteError {
     }
 }
 
-impl From<edge_proxy::http1::HeadError> for RemoteError {
-    fn from(e: edge_proxy::http1::HeadError) -> RemoteError {
+impl From<http1::HeadError> for RemoteError {
+    fn from(e: http1::HeadError) -> RemoteError {
         match e {
-            edge_proxy::http1::HeadError::TooLarge(_) => RemoteError::HeaderTooLarge(e.to_string()),
+            http1::HeadError::TooLarge(_) => RemoteError::HeaderTooLarge(e.to_string()),
             other => RemoteError::BadRequest(other.to_string()),
         }
     }
@@ -207,5 +207,5 @@ pub fn log_access(a: &Access<'_>) {
     } else {
         "http"
     };
-    edge_proxy::metrics::record_access(kind, a.status, a.bytes_up, a.bytes_down, a.outcome, a.ttfb);
+    app::metrics::record_access(kind, a.status, a.bytes_up, a.bytes_down, a.outcome, a.ttfb);
 }

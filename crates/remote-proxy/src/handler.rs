@@ -17,11 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use app::pool_glue::StreamKind;
 use bytes::{Bytes, BytesMut};
-use edge_proxy::http1::{self, BodyDecoder, BodyKind, Header, OutFraming, RequestHead};
-use edge_proxy::target::parse_authority;
-use edge_proxy::transport::StreamKind;
 use futures_util::StreamExt;
+use http1::target::parse_authority;
+use http1::{BodyDecoder, BodyKind, Header, OutFraming, RequestHead};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, StreamBody};
 use hyper::body::Frame;

@@ -6,9 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use edge_proxy::pool_transport::{mux_config, policy, socket_options};
-use edge_proxy::transport::StreamKind;
-use pool::{ErrorCode, Kind, MuxStream, Server, ServerConfig};
+use app::pool_glue::{mux_config, policy, socket_options, StreamKind};
+use pool::{ErrorCode, MuxStream, Server, ServerConfig};
 use tokio::task::JoinSet;
 
 use crate::config::RemoteConfig;
@@ -77,14 +76,8 @@ pub async fn run_shared(
             _ = &mut shutdown => break,
             inc = server.accept() => {
                 let Some(inc) = inc else { break };
-                let kind = match inc.kind {
-                    Kind::Tunnel => StreamKind::Tunnel,
-                    _ => StreamKind::Http,
-                };
-                edge_proxy::metrics::stream_opened(match kind {
-                    StreamKind::Tunnel => "tunnel",
-                    StreamKind::Http => "http",
-                });
+                let kind = StreamKind::from_mux(inc.kind);
+                app::metrics::stream_opened(kind.label());
                 let ctx = ctx.clone();
                 tasks.spawn(async move {
                     handler::handle(&ctx, inc.id, kind, inc.target, inc.stream).await;

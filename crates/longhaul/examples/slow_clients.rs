@@ -16,7 +16,7 @@
 //! generator's. `--shared-cpus` puts everything on every CPU, the generator included.
 //!
 //! ```text
-//! cargo run --release -p remote-proxy --example slow_clients [-- [--shared-cpus] SLOW REQUESTS [ROUNDS]]
+//! cargo run --release -p longhaul --example slow_clients [-- [--shared-cpus] SLOW REQUESTS [ROUNDS]]
 //! ```
 //! Prints one line per round, one per phase (all rounds together: p50, p99) and
 //! `p99 ratio (with SLOW slow / without): R`; the target is R ≤ 1.10.

@@ -6,7 +6,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A child process killed (SIGKILL) when dropped.
@@ -85,65 +84,14 @@ pub fn wait_port(addr: SocketAddr, limit: Duration) {
     panic!("{addr} did not come up within {limit:?}");
 }
 
-fn bin_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_remote-proxy"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// Path of the `remote-proxy` binary.
+/// Path of the `remote-proxy` binary (Cargo builds it for this package's tests).
 pub fn remote_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_remote-proxy"))
 }
 
-fn newest_source(dir: &Path) -> std::time::SystemTime {
-    let mut newest = std::time::SystemTime::UNIX_EPOCH;
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            let t = if p.is_dir() {
-                newest_source(&p)
-            } else {
-                e.metadata()
-                    .and_then(|m| m.modified())
-                    .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
-            };
-            newest = newest.max(t);
-        }
-    }
-    newest
-}
-
-/// Path of the `edge-proxy` binary. `cargo test --workspace` builds it; when it is missing or
-/// older than the sources it is built from (e.g. under `cargo test -p remote-proxy`), it is
-/// built here.
+/// Path of the `edge-proxy` binary (Cargo builds it for this package's tests).
 pub fn edge_bin() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let bin = bin_dir().join("edge-proxy");
-            let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-            let sources = ["edge-proxy", "pool", "mux", "netsys"]
-                .iter()
-                .map(|c| newest_source(&crates.join(c)))
-                .max()
-                .unwrap();
-            let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
-            if built.is_some_and(|t| t >= sources) {
-                return bin;
-            }
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-p", "edge-proxy", "--bin", "edge-proxy"]);
-            if !cfg!(debug_assertions) {
-                cmd.arg("--release");
-            }
-            let st = cmd.status().expect("cargo build edge-proxy");
-            assert!(st.success(), "building edge-proxy failed");
-            bin
-        })
-        .clone()
+    PathBuf::from(env!("CARGO_BIN_EXE_edge-proxy"))
 }
 
 /// Starts `bin` with `args`, stderr and stdout to `log`.

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use edge_proxy::client::{ConnectReply, Settings};
-use edge_proxy::http1::{self, BodyDecoder, BodyKind, ResponseHead};
 use edge_proxy::server::{self, Interception, Listeners};
 use edge_proxy::transport::{FarCode, FarFailure, OpenError, StreamKind, Transport};
+use http1::{BodyDecoder, BodyKind, ResponseHead};
 use remote_proxy::errors::ResetReason;
 use remote_proxy::handler::{self, Ctx, FarStream};
 use remote_proxy::policy::TargetPolicy;

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use app::config::{load_toml, CarrierName, LogFormat, PolicyName, TlsSection};
 use clap::Parser;
-use edge_proxy::config::{load_toml, CarrierName, LogFormat, PolicyName, TlsSection};
 use pool::tls::TlsServer;
 use remote_proxy::config::RemoteConfig;
 use remote_proxy::handler::Ctx;
@@ -71,7 +71,7 @@ struct Args {
 #[derive(Debug, clap::Subcommand)]
 enum Cmd {
     /// Make a deployment CA and edge/remote certificates for the pool's mutual TLS.
-    GenKeys(edge_proxy::keys::GenKeysArgs),
+    GenKeys(app::keys::GenKeysArgs),
 }
 
 fn load(args: &Args) -> anyhow::Result<RemoteConfig> {
@@ -109,7 +109,7 @@ fn load(args: &Args) -> anyhow::Result<RemoteConfig> {
     if let Some(v) = &args.log_level {
         cfg.log_level = v.clone();
     }
-    edge_proxy::logging::parse_level(&cfg.log_level)
+    app::logging::parse_level(&cfg.log_level)
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     if let Some(v) = args.metrics_listen {
         cfg.metrics.listen = Some(v);
@@ -136,7 +136,7 @@ async fn shutdown_signal() {
         _ = term.recv() => tracing::info!("SIGTERM: draining"),
         _ = int.recv() => tracing::info!("SIGINT: draining"),
     }
-    edge_proxy::notify::stopping();
+    app::notify::stopping();
 }
 
 /// The remote's TLS server from `[tls]`, loaded now (errors name the file).
@@ -157,14 +157,14 @@ async fn reload_on_sighup(
     tls: Option<Arc<TlsServer>>,
     mut running: RemoteConfig,
     reread: impl Fn() -> anyhow::Result<RemoteConfig>,
-    mut log: edge_proxy::logging::LogControl,
+    mut log: app::logging::LogControl,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         return;
     };
     while hup.recv().await.is_some() {
-        edge_proxy::notify::reloading();
+        app::notify::reloading();
         match reread() {
             Ok(new) => {
                 let mut applied = false;
@@ -181,7 +181,7 @@ async fn reload_on_sighup(
                     Ok(None) => {}
                     Err(e) => tracing::warn!("SIGHUP: {e}"),
                 }
-                let changed = edge_proxy::reload::changed_keys(&running, &new);
+                let changed = app::reload::changed_keys(&running, &new);
                 if changed.is_empty() && !applied {
                     tracing::info!("SIGHUP: configuration unchanged");
                 } else if !changed.is_empty() {
@@ -204,14 +204,14 @@ async fn reload_on_sighup(
             },
             None => tracing::info!("SIGHUP: no [tls] configured, no key files to reload"),
         }
-        edge_proxy::notify::ready("reloaded");
+        app::notify::ready("reloaded");
     }
 }
 
 async fn run(
     cfg: RemoteConfig,
     reread: impl Fn() -> anyhow::Result<RemoteConfig> + Send + 'static,
-    log: edge_proxy::logging::LogControl,
+    log: app::logging::LogControl,
 ) -> anyhow::Result<()> {
     let tls = tls_server(&cfg)?;
     let server = match &tls {
@@ -229,11 +229,11 @@ async fn run(
     let server = Arc::new(server);
     {
         let s = server.clone();
-        edge_proxy::metrics::global().add_pool("edges", Arc::new(move || s.stats()));
+        app::metrics::global().add_pool("edges", Arc::new(move || s.stats()));
         let s = server.clone();
-        edge_proxy::metrics::global().add_admission("edges", Arc::new(move || s.admission()));
+        app::metrics::global().add_admission("edges", Arc::new(move || s.admission()));
     }
-    let metrics = edge_proxy::metrics::start(&cfg.metrics).await?;
+    let metrics = app::metrics::start(&cfg.metrics).await?;
     tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread, log));
     let policy = cfg.policy();
     tracing::info!(
@@ -248,8 +248,8 @@ async fn run(
         "remote-proxy starting"
     );
     let ctx = Arc::new(Ctx::new(policy, cfg.settings()));
-    edge_proxy::notify::spawn_watchdog();
-    edge_proxy::notify::ready(&format!(
+    app::notify::spawn_watchdog();
+    app::notify::ready(&format!(
         "serving pool connections on {}{}",
         server.local_addr(),
         metrics
@@ -269,7 +269,7 @@ async fn run(
 fn main() -> ExitCode {
     let args = Arc::new(Args::parse());
     if let Some(Cmd::GenKeys(g)) = &args.cmd {
-        return edge_proxy::keys::run("remote-proxy", g);
+        return app::keys::run("remote-proxy", g);
     }
     let cfg = match load(&args) {
         Ok(c) => c,
@@ -290,7 +290,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let log = edge_proxy::logging::init(cfg.log_format, &cfg.log_level);
+    let log = app::logging::init(cfg.log_format, &cfg.log_level);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

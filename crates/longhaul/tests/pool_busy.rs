@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use edge_proxy::client::{ConnectReply, Settings};
-use edge_proxy::http1::{self, BodyDecoder, ResponseHead};
 use edge_proxy::server::{self, Interception, Listeners};
+use http1::{BodyDecoder, ResponseHead};
 use pool::{Pool, PoolConfig, Server, ServerConfig};
 use remote_proxy::handler::{self, Ctx};
 use remote_proxy::policy::TargetPolicy;
@@ -264,7 +264,7 @@ async fn request_over_the_stream_limit_gets_503_when_the_wait_ends() {
     assert!(line.contains("pool-busy"), "{line}");
     assert!(line.contains("stream limit"), "{line}");
     assert!(line.contains(" ms"), "{line}");
-    let metrics = edge_proxy::metrics::global().render().await;
+    let metrics = app::metrics::global().render().await;
     assert!(
         metrics
             .lines()

@@ -50,11 +50,30 @@ fn diff(prefix: &str, a: &toml::Value, b: &toml::Value, out: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::EdgeConfig;
+
+    #[derive(Clone, Serialize)]
+    struct Pool {
+        connections: usize,
+        remote: String,
+    }
+
+    #[derive(Clone, Serialize)]
+    struct Config {
+        drain_grace_ms: u64,
+        log_level: String,
+        pool: Pool,
+    }
 
     #[test]
     fn names_the_changed_keys() {
-        let a = EdgeConfig::default();
+        let a = Config {
+            drain_grace_ms: 10_000,
+            log_level: "info".into(),
+            pool: Pool {
+                connections: 4,
+                remote: "127.0.0.1:4443".into(),
+            },
+        };
         assert!(changed_keys(&a, &a.clone()).is_empty());
         let mut b = a.clone();
         b.pool.connections += 1;

@@ -8,11 +8,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use app::config::{load_toml, CarrierName, LogFormat, PolicyName, TlsSection};
 use clap::Parser;
 use edge_proxy::client::ConnectReply;
-use edge_proxy::config::{
-    load_toml, CarrierName, EdgeConfig, LogFormat, PolicyName, TlsSection, TransparentConfig,
-};
+use edge_proxy::config::{EdgeConfig, TransparentConfig};
 use edge_proxy::pool_transport::{pool_config, start_pool, tls_client};
 use edge_proxy::server::{self, Interception, Listeners};
 use ipnet::IpNet;
@@ -106,7 +105,7 @@ fn parse_ports(s: &str) -> Result<PortList, String> {
 #[derive(Debug, clap::Subcommand)]
 enum Cmd {
     /// Make a deployment CA and edge/remote certificates for the pool's mutual TLS.
-    GenKeys(edge_proxy::keys::GenKeysArgs),
+    GenKeys(app::keys::GenKeysArgs),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -185,7 +184,7 @@ fn load(args: &Args) -> anyhow::Result<EdgeConfig> {
     if let Some(v) = &args.log_level {
         cfg.log_level = v.clone();
     }
-    edge_proxy::logging::parse_level(&cfg.log_level)
+    app::logging::parse_level(&cfg.log_level)
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     if let Some(v) = args.metrics_listen {
         cfg.metrics.listen = Some(v);
@@ -231,7 +230,7 @@ async fn shutdown_signal() {
         _ = term.recv() => tracing::info!("SIGTERM: draining"),
         _ = int.recv() => tracing::info!("SIGINT: draining"),
     }
-    edge_proxy::notify::stopping();
+    app::notify::stopping();
 }
 
 /// SIGHUP re-reads the TLS files (new pool connections use them, established ones continue)
@@ -240,14 +239,14 @@ async fn reload_on_sighup(
     tls: Option<Arc<pool::tls::TlsClient>>,
     mut running: EdgeConfig,
     reread: impl Fn() -> anyhow::Result<EdgeConfig>,
-    mut log: edge_proxy::logging::LogControl,
+    mut log: app::logging::LogControl,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         return;
     };
     while hup.recv().await.is_some() {
-        edge_proxy::notify::reloading();
+        app::notify::reloading();
         match reread() {
             Ok(new) => {
                 let mut applied = false;
@@ -264,7 +263,7 @@ async fn reload_on_sighup(
                     Ok(None) => {}
                     Err(e) => tracing::warn!("SIGHUP: {e}"),
                 }
-                let changed = edge_proxy::reload::changed_keys(&running, &new);
+                let changed = app::reload::changed_keys(&running, &new);
                 if changed.is_empty() && !applied {
                     tracing::info!("SIGHUP: configuration unchanged");
                 } else if !changed.is_empty() {
@@ -287,14 +286,14 @@ async fn reload_on_sighup(
             },
             None => tracing::info!("SIGHUP: no [pool.tls] configured, no key files to reload"),
         }
-        edge_proxy::notify::ready("reloaded");
+        app::notify::ready("reloaded");
     }
 }
 
 async fn run(
     cfg: EdgeConfig,
     reread: impl Fn() -> anyhow::Result<EdgeConfig> + Send + 'static,
-    log: edge_proxy::logging::LogControl,
+    log: app::logging::LogControl,
 ) -> anyhow::Result<()> {
     let proxy = TcpListener::bind(cfg.listen)
         .await
@@ -307,17 +306,15 @@ async fn run(
         None => None,
     };
     let tls = tls_client(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let metrics = edge_proxy::metrics::start(&cfg.metrics).await?;
+    let metrics = app::metrics::start(&cfg.metrics).await?;
     let pool = start_pool(&cfg, tls.clone())?;
     for r in pool.remotes() {
         let p = r.pool.clone();
-        edge_proxy::metrics::global().add_pool(r.name.clone(), Arc::new(move || p.stats()));
+        app::metrics::global().add_pool(r.name.clone(), Arc::new(move || p.stats()));
         let p = r.pool.clone();
-        edge_proxy::metrics::global()
-            .add_open_queue(r.name.clone(), Arc::new(move || p.open_waiting()));
+        app::metrics::global().add_open_queue(r.name.clone(), Arc::new(move || p.open_waiting()));
         let p = r.pool.clone();
-        edge_proxy::metrics::global()
-            .add_stream_limit(r.name.clone(), Arc::new(move || p.stream_limit()));
+        app::metrics::global().add_stream_limit(r.name.clone(), Arc::new(move || p.stream_limit()));
     }
     tokio::spawn(reload_on_sighup(tls, cfg.clone(), reread, log));
     tracing::info!(
@@ -337,8 +334,8 @@ async fn run(
     } else {
         tracing::warn!(remotes = ?cfg.pool.remote_list(), "no pool connection yet; requests get 502 until one is up");
     }
-    edge_proxy::notify::spawn_watchdog();
-    edge_proxy::notify::ready(&format!(
+    app::notify::spawn_watchdog();
+    app::notify::ready(&format!(
         "serving on {}{}",
         cfg.listen,
         metrics
@@ -366,7 +363,7 @@ async fn run(
 fn main() -> ExitCode {
     let args = Arc::new(Args::parse());
     if let Some(Cmd::GenKeys(g)) = &args.cmd {
-        return edge_proxy::keys::run("edge-proxy", g);
+        return app::keys::run("edge-proxy", g);
     }
     let cfg = match load(&args) {
         Ok(c) => c,
@@ -387,7 +384,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let log = edge_proxy::logging::init(cfg.log_format, &cfg.log_level);
+    let log = app::logging::init(cfg.log_format, &cfg.log_level);
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -1,0 +1,17 @@
+//! What both longhaul binaries share, below both proxy crates so that neither depends on the
+//! other: configuration sections and validation helpers ([`config`]), logging ([`logging`]),
+//! Prometheus metrics and the `/metrics` endpoint ([`metrics`]), systemd notifications
+//! ([`notify`]), reload ([`reload`]), the `gen-keys` subcommand ([`keys`]) and the glue between
+//! configuration and the pool crate ([`pool_glue`]).
+//!
+//! What it does NOT do: serve clients or origins (the proxy crates do), or parse command lines
+//! (the binaries do).
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod keys;
+pub mod logging;
+pub mod metrics;
+pub mod notify;
+pub mod pool_glue;
+pub mod reload;

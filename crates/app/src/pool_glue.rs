@@ -1,0 +1,74 @@
+//! The glue between a binary's configuration and the pool crate, for both binaries: the kind
+//! of a stream as the proxies see it, the protocol limits derived from `[link]`, the scheduling
+//! policy and the pool connections' socket options.
+//!
+//! What it does NOT do: start pools or servers (each proxy does, with its own configuration),
+//! or map wire error codes to failures (each side maps the codes it receives).
+
+use std::time::Duration;
+
+use pool::{Kind, SocketOptions};
+
+use crate::config::{LinkConfig, PolicyName};
+
+/// What a stream carries (mirrors `mux::Kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamKind {
+    /// One HTTP/1.1 request (edge to remote) and exactly one response (remote to edge), then
+    /// FIN each way. A `CONNECT` request on such a stream turns it into a tunnel after a `200`.
+    Http,
+    /// Raw bytes both ways to `target`.
+    Tunnel,
+}
+
+impl StreamKind {
+    /// The stream kind of an incoming mux stream (anything but a tunnel carries HTTP).
+    pub fn from_mux(k: Kind) -> StreamKind {
+        match k {
+            Kind::Tunnel => StreamKind::Tunnel,
+            _ => StreamKind::Http,
+        }
+    }
+
+    /// The mux stream kind.
+    pub fn mux(self) -> Kind {
+        match self {
+            StreamKind::Http => Kind::Http,
+            StreamKind::Tunnel => Kind::Tunnel,
+        }
+    }
+
+    /// The label of the kind in metrics and logs (`http`, `tunnel`).
+    pub fn label(self) -> &'static str {
+        match self {
+            StreamKind::Http => "http",
+            StreamKind::Tunnel => "tunnel",
+        }
+    }
+}
+
+/// Protocol limits for the configured link (windows = bandwidth-delay product).
+pub fn mux_config(link: &LinkConfig) -> mux::Config {
+    mux::Config::for_link_bdps(
+        Duration::from_millis(u64::from(link.rtt_ms)),
+        u64::from(link.rate_mbit) * 1_000_000,
+        link.stream_window_bdp,
+    )
+}
+
+/// Scheduling policy.
+pub fn policy(p: PolicyName) -> mux::Policy {
+    match p {
+        PolicyName::LeastOutstanding => mux::Policy::LeastOutstanding,
+        PolicyName::RoundRobin => mux::Policy::RoundRobin,
+        PolicyName::FewestStreams => mux::Policy::FewestStreams,
+    }
+}
+
+/// Socket options with the configured congestion control.
+pub fn socket_options(congestion: &str) -> SocketOptions {
+    SocketOptions {
+        congestion: Some(congestion.to_string()),
+        ..SocketOptions::default()
+    }
+}
