@@ -1,7 +1,8 @@
 //! What both longhaul binaries share, below both proxy crates so that neither depends on the
 //! other: configuration sections and validation helpers ([`config`]), logging ([`logging`]),
 //! Prometheus metrics and the `/metrics` endpoint ([`metrics`]), systemd notifications
-//! ([`notify`]), reload ([`reload`]), the `gen-keys` subcommand ([`keys`]) and the glue between
+//! ([`notify`]), reload ([`reload`]), the process around either proxy (flags both share,
+//! loading, `--check-config`, the SIGHUP and shutdown loops: [`process`]), the `gen-keys` subcommand ([`keys`]) and the glue between
 //! configuration and the pool crate ([`pool_glue`]).
 //!
 //! What it does NOT do: serve clients or origins (the proxy crates do), or parse command lines
@@ -14,4 +15,5 @@ pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod pool_glue;
+pub mod process;
 pub mod reload;

@@ -63,3 +63,15 @@ pub fn spawn_watchdog() {
         }
     });
 }
+
+/// Start-up is done: starts the watchdog pings and sends `READY=1` with `status`, plus where
+/// the metrics endpoint listens when it is on.
+pub fn started(status: &str, metrics: Option<std::net::SocketAddr>) {
+    spawn_watchdog();
+    ready(&format!(
+        "{status}{}",
+        metrics
+            .map(|m| format!(", metrics on {m}"))
+            .unwrap_or_default()
+    ));
+}

@@ -229,6 +229,8 @@ impl PoolSection {
     }
 }
 
+app::process_config!(EdgeConfig, tls: pool.tls);
+
 impl EdgeConfig {
     /// The mode in force (see [`effective_mode`]).
     pub fn mode(&self) -> Mode {

@@ -14,11 +14,13 @@
 //! configuration sections, logging, metrics and the process loop in the `app` crate.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod errors;
 pub mod pool_transport;
 pub mod remotes;
 pub mod server;
+pub mod service;
 pub mod transport;
 mod tunnel;

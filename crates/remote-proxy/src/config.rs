@@ -124,6 +124,8 @@ impl Default for RemoteConfig {
     }
 }
 
+app::process_config!(RemoteConfig, tls: tls);
+
 impl RemoteConfig {
     /// The mode in force.
     pub fn mode(&self) -> Mode {

@@ -10,8 +10,10 @@
 //! What it does NOT do: cache, rewrite content, or open streams towards the edge.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod config;
 pub mod errors;
 pub mod handler;
 pub mod policy;
 pub mod pool_glue;
+pub mod service;

@@ -1,0 +1,329 @@
+//! The process around either proxy, written once for both binaries: the command-line flags
+//! both share, loading the configuration (file or embedded defaults, then flags, then
+//! validation), `--check-config`, logging and runtime start-up, the SIGHUP reload loop and the
+//! SIGTERM/SIGINT shutdown signal.
+//!
+//! What it does NOT do: know either proxy's own keys or flags (each proxy's `cli` module
+//! applies them), bind listeners or start pools (each proxy's `service::run` does), or apply
+//! configuration changes other than `log_level` and the TLS files to a running process
+//! ([`crate::reload`] says why).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::config::{load_toml, CarrierName, LinkConfig, LogFormat, Mode};
+use crate::logging::LogControl;
+use crate::metrics::MetricsConfig;
+
+/// What the shared process code needs from a binary's configuration.
+pub trait ProcessConfig: Clone + Default + DeserializeOwned + Serialize + Send + 'static {
+    /// The mode in force.
+    fn mode(&self) -> Mode;
+    /// Whether the pool runs mutual TLS (else plaintext TCP on loopback).
+    fn pool_tls(&self) -> bool;
+    /// The log format.
+    fn log_format(&self) -> LogFormat;
+    /// The log level filter.
+    fn log_level(&self) -> &str;
+    /// Sets the log level filter (a reload applied it).
+    fn set_log_level(&mut self, level: &str);
+}
+
+/// Implements [`ProcessConfig`] for a configuration type that has a `mode()` method and
+/// `log_format` and `log_level` fields, given the field path of its pool TLS section:
+/// `app::process_config!(EdgeConfig, tls: pool.tls);`.
+#[macro_export]
+macro_rules! process_config {
+    ($t:ty, tls: $($tls:ident).+) => {
+        impl $crate::process::ProcessConfig for $t {
+            fn mode(&self) -> $crate::config::Mode {
+                <$t>::mode(self)
+            }
+            fn pool_tls(&self) -> bool {
+                self.$($tls).+.is_some()
+            }
+            fn log_format(&self) -> $crate::config::LogFormat {
+                self.log_format
+            }
+            fn log_level(&self) -> &str {
+                &self.log_level
+            }
+            fn set_log_level(&mut self, level: &str) {
+                self.log_level = level.into();
+            }
+        }
+    };
+}
+
+/// Key files a SIGHUP re-reads (the pool's TLS client on the edge, TLS server on the remote).
+pub trait KeyFiles: Send + Sync {
+    /// Re-reads the files; new pool connections use them.
+    fn reload(&self) -> Result<(), String>;
+}
+
+impl KeyFiles for pool::tls::TlsClient {
+    fn reload(&self) -> Result<(), String> {
+        pool::tls::TlsClient::reload(self).map_err(|e| e.to_string())
+    }
+}
+
+impl KeyFiles for pool::tls::TlsServer {
+    fn reload(&self) -> Result<(), String> {
+        pool::tls::TlsServer::reload(self).map_err(|e| e.to_string())
+    }
+}
+
+/// The configuration file and `--check-config` (first in `--help`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct FileFlags {
+    /// TOML configuration file; the flags below override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Validate the configuration and exit (0 = valid, 1 = invalid).
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+/// The pool connections' congestion control and carrier.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CarrierFlags {
+    /// TCP congestion control of pool connections (bbr, cubic, reno).
+    #[arg(long)]
+    pub congestion: Option<String>,
+    /// Transport of the pool connections (quic needs TLS files).
+    #[arg(long, value_enum)]
+    pub carrier: Option<CarrierName>,
+}
+
+impl CarrierFlags {
+    /// Overrides the configured values.
+    pub fn apply(&self, congestion: &mut String, carrier: &mut CarrierName) {
+        if let Some(v) = &self.congestion {
+            *congestion = v.clone();
+        }
+        if let Some(v) = self.carrier {
+            *carrier = v;
+        }
+    }
+}
+
+/// The long link, logging, TLS files and metrics (last in `--help`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonFlags {
+    /// Round-trip time of the long link in ms (sizes windows from the BDP).
+    #[arg(long)]
+    pub link_rtt_ms: Option<u32>,
+    /// Rate of the long link in Mbit/s.
+    #[arg(long)]
+    pub link_rate_mbit: Option<u32>,
+    /// Per-stream window in bandwidth-delay products (`link.stream_window_bdp`).
+    #[arg(long)]
+    pub stream_window_bdp: Option<u32>,
+    /// Log format.
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log level filter, e.g. `info` or `warn,access=info` (replaces `log_level`; `RUST_LOG`
+    /// wins over both).
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Mutual TLS with the files `gen-keys --out DIR` wrote; replaces the TLS file paths.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (replaces `[metrics] listen`).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+impl CommonFlags {
+    /// Overrides the configured values (`--tls-dir` is left to the caller: the sections
+    /// differ) and checks the resulting log level.
+    pub fn apply(
+        &self,
+        link: &mut LinkConfig,
+        log_format: &mut LogFormat,
+        log_level: &mut String,
+        metrics: &mut MetricsConfig,
+    ) -> anyhow::Result<()> {
+        if let Some(v) = self.link_rtt_ms {
+            link.rtt_ms = v;
+        }
+        if let Some(v) = self.link_rate_mbit {
+            link.rate_mbit = v;
+        }
+        if let Some(v) = self.stream_window_bdp {
+            link.stream_window_bdp = v;
+        }
+        if let Some(v) = self.log_format {
+            *log_format = v;
+        }
+        if let Some(v) = &self.log_level {
+            *log_level = v.clone();
+        }
+        crate::logging::parse_level(log_level)
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        if let Some(v) = self.metrics_listen {
+            metrics.listen = Some(v);
+        }
+        Ok(())
+    }
+}
+
+/// The configuration in `path`, or the embedded defaults without one.
+pub fn read<C: ProcessConfig>(path: Option<&Path>) -> anyhow::Result<C> {
+    match path {
+        Some(p) => load_toml(p),
+        None => Ok(C::default()),
+    }
+}
+
+/// Re-reads the configuration (the file and flags the process started with).
+pub type Reread<C> = Box<dyn Fn() -> anyhow::Result<C> + Send + Sync>;
+
+/// What a reload needs: the configuration in force, how to re-read it, and the log filter.
+pub struct Reload<C> {
+    running: C,
+    reread: Reread<C>,
+    log: LogControl,
+}
+
+impl<C: ProcessConfig> Reload<C> {
+    /// Spawns the SIGHUP loop: each SIGHUP re-reads the configuration, applies a changed
+    /// `log_level`, logs which other keys changed (they need a restart), re-reads the key
+    /// files of `tls` (`section` names them in the log when there are none) and tells systemd.
+    pub fn spawn(self, tls: Option<Arc<dyn KeyFiles>>, section: &'static str) {
+        tokio::spawn(reload_on_sighup(self, tls, section));
+    }
+}
+
+async fn reload_on_sighup<C: ProcessConfig>(
+    r: Reload<C>,
+    tls: Option<Arc<dyn KeyFiles>>,
+    section: &'static str,
+) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Reload {
+        mut running,
+        reread,
+        mut log,
+    } = r;
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        crate::notify::reloading();
+        match reread() {
+            Ok(new) => {
+                let mut applied = false;
+                match log.apply(new.log_level()) {
+                    Ok(Some(what)) => {
+                        applied = true;
+                        tracing::info!("SIGHUP: {what} applied");
+                        running.set_log_level(new.log_level());
+                    }
+                    Ok(None) if log.from_env() && new.log_level() != running.log_level() => {
+                        tracing::warn!("SIGHUP: RUST_LOG is set and wins over log_level");
+                        running.set_log_level(new.log_level());
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("SIGHUP: {e}"),
+                }
+                let changed = crate::reload::changed_keys(&running, &new);
+                if changed.is_empty() && !applied {
+                    tracing::info!("SIGHUP: configuration unchanged");
+                } else if !changed.is_empty() {
+                    tracing::warn!(
+                        keys = ?changed,
+                        "SIGHUP: configuration changed; these keys take effect after a restart"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "SIGHUP: configuration does not load; keeping the running one")
+            }
+        }
+        match &tls {
+            Some(t) => match t.reload() {
+                Ok(()) => tracing::info!("SIGHUP: TLS files reloaded for new pool connections"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "SIGHUP: TLS files do not load; keeping the previous ones")
+                }
+            },
+            None => tracing::info!("SIGHUP: no {section} configured, no key files to reload"),
+        }
+        crate::notify::ready("reloaded");
+    }
+}
+
+/// Completes on SIGTERM or SIGINT, after telling systemd the service is stopping.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = int.recv() => tracing::info!("SIGINT: draining"),
+    }
+    crate::notify::stopping();
+}
+
+/// The life of a binary once its flags are parsed: loads the configuration with `load`
+/// (errors: message on stderr, exit 1); with `check_config`, reports it valid and exits 0;
+/// otherwise starts logging and a runtime and runs `run` until it returns. `prog` prefixes
+/// every message.
+pub fn main<C, F>(
+    prog: &str,
+    check_config: bool,
+    load: impl Fn() -> anyhow::Result<C> + Send + Sync + 'static,
+    run: impl FnOnce(C, Reload<C>) -> F,
+) -> ExitCode
+where
+    C: ProcessConfig,
+    F: Future<Output = anyhow::Result<()>>,
+{
+    let cfg = match load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{prog}: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if check_config {
+        println!(
+            "{prog}: configuration OK (mode {:?}, pool {})",
+            cfg.mode(),
+            if cfg.pool_tls() {
+                "mutual TLS 1.3"
+            } else {
+                "plaintext TCP, loopback only"
+            }
+        );
+        return ExitCode::SUCCESS;
+    }
+    let log = crate::logging::init(cfg.log_format(), cfg.log_level());
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{prog}: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let reload = Reload {
+        running: cfg.clone(),
+        reread: Box::new(load),
+        log,
+    };
+    match rt.block_on(run(cfg, reload)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("{prog}: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

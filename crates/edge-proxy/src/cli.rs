@@ -1,0 +1,163 @@
+//! The edge's command-line flags and how they override the configuration file.
+//!
+//! What it does: declares the edge's own flags between the ones both binaries share
+//! ([`app::process`]), and [`Flags::load`] reads the file (or the embedded defaults), applies
+//! the flags, validates the result and loads the key files, so `--check-config` reports
+//! everything a start would.
+//!
+//! What it does NOT do: parse `argv` or run anything (the binary does), or define the keys'
+//! defaults ([`crate::config`] does).
+
+use std::net::SocketAddr;
+
+use app::config::{PolicyName, TlsSection};
+use app::process::{CarrierFlags, CommonFlags, FileFlags};
+use ipnet::IpNet;
+
+use crate::client::ConnectReply;
+use crate::config::{
+    EdgeConfig, TransparentConfig, DEFAULT_REMOTE, DEFAULT_TRANSPARENT_HTTP_PORTS,
+};
+use crate::pool_transport::{pool_config, tls_client};
+
+/// The edge's flags, in `--help` order.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Flags {
+    /// The configuration file and `--check-config` (the binary reads `check_config`).
+    #[command(flatten)]
+    pub file: FileFlags,
+    /// Explicit proxy listen address.
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Remote proxy host:port; repeat for several remotes (replaces pool.remote/pool.remotes).
+    #[arg(long)]
+    remote: Vec<String>,
+    /// Number of pool connections.
+    #[arg(long)]
+    connections: Option<usize>,
+    /// Pool scheduling policy.
+    #[arg(long, value_enum)]
+    policy: Option<PolicyName>,
+    // Congestion control and carrier of the pool connections.
+    #[command(flatten)]
+    carrier: CarrierFlags,
+    /// How CONNECT is answered.
+    #[arg(long, value_enum)]
+    connect_reply: Option<ConnectReplyArg>,
+    /// Also listen here for iptables-REDIRECTed connections.
+    #[arg(long)]
+    transparent: Option<SocketAddr>,
+    /// Ports CONNECT may reach, comma-separated (`443,8443`), or `any`; replaces connect_ports.
+    #[arg(long, value_name = "PORTS", value_parser = parse_ports)]
+    connect_ports: Option<PortList>,
+    /// Client network allowed to use the proxy (repeatable; replaces the configured list).
+    #[arg(long = "allow-client")]
+    allow_client: Vec<IpNet>,
+    // Link, logging, TLS files and metrics.
+    #[command(flatten)]
+    common: CommonFlags,
+}
+
+/// Help text of `--tls-dir` on the edge.
+pub const TLS_DIR_HELP: &str =
+    "Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/edge.pem, \
+     DIR/edge.key, DIR/ca.pem); replaces the [pool.tls] file paths";
+
+/// A `--connect-ports` value (empty = any port).
+#[derive(Debug, Clone)]
+struct PortList(Vec<u16>);
+
+fn parse_ports(s: &str) -> Result<PortList, String> {
+    if s == "any" {
+        return Ok(PortList(Vec::new()));
+    }
+    s.split(',')
+        .map(|p| match p.trim().parse::<u16>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("{p:?} is not a port (1-65535) or `any`")),
+        })
+        .collect::<Result<_, _>>()
+        .map(PortList)
+}
+
+/// A `--connect-reply` value (no doc per value: `--help` lists the names only).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ConnectReplyArg {
+    Optimistic,
+    AfterConnect,
+}
+
+impl Flags {
+    /// The configuration in force: the file (or the embedded defaults) with the flags applied,
+    /// validated, with the key files loaded.
+    pub fn load(&self) -> anyhow::Result<EdgeConfig> {
+        let mut cfg: EdgeConfig = app::process::read(self.file.config.as_deref())?;
+        if let Some(v) = self.listen {
+            cfg.listen = v;
+        }
+        match self.remote.as_slice() {
+            [] => {}
+            [one] => {
+                cfg.pool.remote = one.clone();
+                cfg.pool.remotes.clear();
+            }
+            many => {
+                cfg.pool.remote = DEFAULT_REMOTE.into();
+                cfg.pool.remotes = many.to_vec();
+            }
+        }
+        if let Some(v) = self.connections {
+            cfg.pool.connections = v;
+        }
+        if let Some(v) = self.policy {
+            cfg.pool.policy = v;
+        }
+        self.carrier
+            .apply(&mut cfg.pool.congestion, &mut cfg.pool.carrier);
+        if let Some(v) = self.connect_reply {
+            cfg.connect_reply = match v {
+                ConnectReplyArg::Optimistic => ConnectReply::Optimistic,
+                ConnectReplyArg::AfterConnect => ConnectReply::AfterConnect,
+            };
+        }
+        if let Some(v) = self.transparent {
+            match &mut cfg.transparent {
+                Some(t) => t.listen = v,
+                None => {
+                    cfg.transparent = Some(TransparentConfig {
+                        listen: v,
+                        tproxy: false,
+                        http_ports: DEFAULT_TRANSPARENT_HTTP_PORTS.to_vec(),
+                    })
+                }
+            }
+        }
+        if let Some(p) = &self.connect_ports {
+            cfg.connect_ports = p.0.clone();
+        }
+        if !self.allow_client.is_empty() {
+            cfg.allowed_clients = self.allow_client.clone();
+        }
+        self.common.apply(
+            &mut cfg.link,
+            &mut cfg.log_format,
+            &mut cfg.log_level,
+            &mut cfg.metrics,
+        )?;
+        if let Some(d) = &self.common.tls_dir {
+            let name = cfg.pool.tls.as_ref().and_then(|t| t.server_name.clone());
+            cfg.pool.tls = Some(TlsSection {
+                server_name: name,
+                ..TlsSection::from_dir(d, "edge")
+            });
+        }
+        cfg.validate()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        pool_config(&cfg)
+            .validate()
+            .map_err(|e| anyhow::anyhow!("invalid pool configuration: {e}"))?;
+        // Load the key files now so that --check-config reports them.
+        tls_client(&cfg).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        Ok(cfg)
+    }
+}

@@ -1,0 +1,97 @@
+//! The edge as a running service: what `edge-proxy` does once its configuration is loaded.
+//!
+//! What it does: binds the explicit and transparent listeners, starts the pool to the remotes
+//! and the metrics endpoint, registers the pools' gauges, spawns the SIGHUP reload, waits for
+//! the pool (bounded), tells systemd it is ready, serves clients ([`crate::server::run`]) until
+//! SIGTERM or SIGINT, then drains and closes the pool.
+//!
+//! What it does NOT do: parse flags or read the configuration ([`crate::cli`] does), or handle
+//! a client connection ([`crate::client`] does).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use app::process::{KeyFiles, Reload};
+use tokio::net::TcpListener;
+
+use crate::config::{EdgeConfig, TransparentConfig};
+use crate::pool_transport::{start_pool, tls_client};
+use crate::server::{self, Interception, Listeners};
+
+/// The listener of intercepted connections (`IP_TRANSPARENT` for TPROXY).
+fn transparent_listener(t: &TransparentConfig) -> std::io::Result<TcpListener> {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(t.listen),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    sock.set_reuse_address(true)?;
+    if t.tproxy {
+        sock.set_ip_transparent(true)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&t.listen.into())?;
+    sock.listen(1024)?;
+    TcpListener::from_std(sock.into())
+}
+
+/// Runs the edge with `cfg` until SIGTERM or SIGINT, then drains: binds the listeners, starts
+/// the pool and the metrics endpoint, reloads on SIGHUP ([`Reload`]), tells systemd.
+pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<()> {
+    let proxy = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen))?;
+    let transparent = match &cfg.transparent {
+        Some(t) => Some(
+            transparent_listener(t)
+                .map_err(|e| anyhow::anyhow!("cannot listen on {} (transparent): {e}", t.listen))?,
+        ),
+        None => None,
+    };
+    let tls = tls_client(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let metrics = app::metrics::start(&cfg.metrics).await?;
+    let pool = start_pool(&cfg, tls.clone())?;
+    for r in pool.remotes() {
+        let p = r.pool.clone();
+        app::metrics::global().add_pool(r.name.clone(), Arc::new(move || p.stats()));
+        let p = r.pool.clone();
+        app::metrics::global().add_open_queue(r.name.clone(), Arc::new(move || p.open_waiting()));
+        let p = r.pool.clone();
+        app::metrics::global().add_stream_limit(r.name.clone(), Arc::new(move || p.stream_limit()));
+    }
+    reload.spawn(tls.map(|t| t as Arc<dyn KeyFiles>), "[pool.tls]");
+    tracing::info!(
+        listen = %cfg.listen,
+        transparent = ?cfg.transparent.as_ref().map(|t| t.listen),
+        remotes = ?cfg.pool.remote_list(),
+        connections = cfg.pool.connections,
+        tls = cfg.pool.tls.is_some(),
+        mode = ?cfg.mode(),
+        "edge-proxy starting"
+    );
+    if pool
+        .ready(Duration::from_millis(cfg.pool.ready_timeout_ms))
+        .await
+    {
+        tracing::info!("pool connected");
+    } else {
+        tracing::warn!(remotes = ?cfg.pool.remote_list(), "no pool connection yet; requests get 502 until one is up");
+    }
+    app::notify::started(&format!("serving on {}", cfg.listen), metrics);
+    let grace = Duration::from_millis(cfg.drain_grace_ms);
+    let interception = match &cfg.transparent {
+        Some(t) if t.tproxy => Interception::Tproxy,
+        _ => Interception::Redirect,
+    };
+    server::run(
+        pool.clone(),
+        cfg.settings(),
+        Listeners { proxy, transparent },
+        interception,
+        app::process::shutdown_signal(),
+        grace,
+    )
+    .await;
+    pool.close(Duration::from_secs(2)).await;
+    Ok(())
+}
