@@ -1,5 +1,5 @@
 //! What both longhaul binaries share, below both proxy crates so that neither depends on the
-//! other: configuration sections and validation helpers ([`config`]), logging ([`logging`]),
+//! other: the access log ([`access`]), configuration sections and validation helpers ([`config`]), logging ([`logging`]),
 //! Prometheus metrics and the `/metrics` endpoint ([`metrics`]), systemd notifications
 //! ([`notify`]), reload ([`reload`]), the process around either proxy (flags both share,
 //! loading, `--check-config`, the SIGHUP and shutdown loops: [`process`]), the `gen-keys` subcommand ([`keys`]) and the glue between
@@ -9,6 +9,7 @@
 //! (the binaries do).
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod config;
 pub mod keys;
 pub mod logging;

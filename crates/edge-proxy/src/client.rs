@@ -26,9 +26,10 @@ use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::errors::{log_access, Access, EdgeError};
+use crate::errors::{answer, EdgeError};
 use crate::transport::{FarFailure, StreamKind, Transport};
 use crate::tunnel;
+use app::access::{Access, Peer};
 use http1::target::{parse_absolute, parse_authority, Authority};
 use http1::{BodyKind, CopyError, HeadError, Header, OutFraming, RequestHead};
 
@@ -119,23 +120,15 @@ pub async fn serve<T: Transport>(
         .any(|n| n.contains(&peer.ip()))
     {
         let err = EdgeError::ForbiddenClient(peer.ip());
+        let record = Access::new(Peer::Client(peer), "-", "-", Instant::now());
         if matches!(entry, Entry::Explicit) {
             let mut sock = sock;
-            let _ = sock.write_all(&err.response()).await;
+            answer(&mut sock, &err, record).await;
             drain_and_close(&mut sock).await;
+        } else {
+            // Intercepted: the client did not address a proxy, so it gets no proxy's answer.
+            record.failed(err.tag(), err.to_string()).log();
         }
-        log_access(&Access {
-            client: peer,
-            method: "-",
-            target: "-",
-            status: err.status(),
-            bytes_up: 0,
-            bytes_down: 0,
-            duration: Duration::ZERO,
-            ttfb: None,
-            outcome: err.tag(),
-            detail: &err.to_string(),
-        });
         return;
     }
     if let Entry::Transparent { orig } = entry {
@@ -301,18 +294,18 @@ impl Drop for Unlogged {
             Some(e) => (e.outcome, e.detail.as_str()),
             None => ("shutdown", SHUTDOWN_DETAIL),
         };
-        log_access(&Access {
-            client: self.peer,
-            method: &self.method,
-            target: &self.log_target,
-            status: 0,
+        Access {
             bytes_up: self.uploaded.load(Ordering::Relaxed),
-            bytes_down: 0,
-            duration: self.started.elapsed(),
-            ttfb: None,
             outcome,
-            detail,
-        });
+            detail: detail.into(),
+            ..Access::new(
+                Peer::Client(self.peer),
+                &self.method,
+                &self.log_target,
+                self.started,
+            )
+        }
+        .log();
     }
 }
 
@@ -649,20 +642,8 @@ async fn write_replies<T: Transport>(
                 target,
                 started,
             } => {
-                let _ = wr.write_all(&err.response()).await;
-                let _ = wr.shutdown().await;
-                log_access(&Access {
-                    client: peer,
-                    method: &method,
-                    target: &target,
-                    status: err.status(),
-                    bytes_up: 0,
-                    bytes_down: 0,
-                    duration: started.elapsed(),
-                    ttfb: None,
-                    outcome: err.tag(),
-                    detail: &err.to_string(),
-                });
+                let record = Access::new(Peer::Client(peer), &method, &target, started);
+                answer(&mut wr, &err, record).await;
                 let _ = cause.set(answered(err.status()));
                 return End::Closed;
             }
@@ -715,20 +696,25 @@ async fn write_replies<T: Transport>(
                 }
                 // Every outcome below is logged here.
                 job.unlogged.armed = false;
+                let record = Access {
+                    bytes_up: job.uploaded.load(Ordering::Relaxed),
+                    ..Access::new(
+                        Peer::Client(peer),
+                        &job.method,
+                        &job.log_target,
+                        job.started,
+                    )
+                };
                 match result {
                     Ok(r) => {
-                        log_access(&Access {
-                            client: peer,
-                            method: &job.method,
-                            target: &job.log_target,
+                        Access {
                             status: r.status,
-                            bytes_up: job.uploaded.load(Ordering::Relaxed),
                             bytes_down: r.bytes,
-                            duration: job.started.elapsed(),
                             ttfb: Some(r.head_at.saturating_duration_since(job.started)),
                             outcome: r.far_error.as_deref().unwrap_or("ok"),
-                            detail: "",
-                        });
+                            ..record
+                        }
+                        .log();
                         if r.close {
                             let _ = wr.shutdown().await;
                             let _ = cause.set(Ending::earlier(
@@ -739,36 +725,17 @@ async fn write_replies<T: Transport>(
                         }
                     }
                     Err(RelayError::Before(err, _)) => {
-                        let _ = wr.write_all(&err.response()).await;
-                        let _ = wr.shutdown().await;
-                        log_access(&Access {
-                            client: peer,
-                            method: &job.method,
-                            target: &job.log_target,
-                            status: err.status(),
-                            bytes_up: job.uploaded.load(Ordering::Relaxed),
-                            bytes_down: 0,
-                            duration: job.started.elapsed(),
-                            ttfb: None,
-                            outcome: err.tag(),
-                            detail: &err.to_string(),
-                        });
+                        answer(&mut wr, &err, record).await;
                         let _ = cause.set(answered(err.status()));
                         return End::Closed;
                     }
                     Err(RelayError::After(detail)) => {
-                        log_access(&Access {
-                            client: peer,
-                            method: &job.method,
-                            target: &job.log_target,
-                            status: 0,
-                            bytes_up: job.uploaded.load(Ordering::Relaxed),
-                            bytes_down: 0,
-                            duration: job.started.elapsed(),
-                            ttfb: None,
+                        Access {
                             outcome: "reply-cut",
-                            detail: &detail,
-                        });
+                            detail: detail.into(),
+                            ..record
+                        }
+                        .log();
                         let _ = cause.set(Ending::earlier(
                             "an earlier reply on this connection was cut and the connection reset",
                         ));

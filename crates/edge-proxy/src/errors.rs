@@ -1,5 +1,5 @@
-//! The one place where the edge maps failures to synthetic HTTP responses, and writes the
-//! access log.
+//! The one place where the edge maps failures to synthetic HTTP responses, and answers them
+//! ([`answer`]: write, close, log the access record).
 //!
 //! Every client-visible error is an [`EdgeError`]: it knows its status code, a short tag (sent
 //! in `X-Longhaul-Error` and logged) and a one-line reason (the response body). Responses always
@@ -8,11 +8,11 @@
 //!
 //! It does NOT decide when an error happens: [`crate::client`] does.
 
-use std::net::SocketAddr;
-use std::time::Duration;
+use app::access::Access;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::transport::{FarCode, FarFailure, OpenCause, OpenError};
-use http1::reply::synthetic_response;
+use http1::reply::{synthetic_response, ErrorTag};
 use http1::HeadError;
 
 /// A failure the client is told about with a synthetic response.
@@ -59,43 +59,32 @@ pub enum EdgeError {
 }
 
 impl EdgeError {
-    /// The HTTP status code of the synthetic response.
+    /// The HTTP status code of the synthetic response (the tag's).
     pub fn status(&self) -> u16 {
-        match self {
-            EdgeError::BadRequest(_) => 400,
-            EdgeError::HeaderTooLarge(_) => 431,
-            EdgeError::HeaderTimeout(_) => 408,
-            EdgeError::ForbiddenClient(_) | EdgeError::ForbiddenTarget(_) => 403,
-            EdgeError::Unavailable(_)
-            | EdgeError::DnsFailed(_)
-            | EdgeError::ConnectFailed(_)
-            | EdgeError::BadReply(_) => 502,
-            EdgeError::PoolBusy(_) | EdgeError::TooManyConnections(_) => 503,
-            EdgeError::Timeout(_) => 504,
-        }
+        self.tag().status()
     }
 
-    /// Short machine-readable tag.
-    pub fn tag(&self) -> &'static str {
+    /// The error tag (`X-Longhaul-Error`, the access log's outcome, metrics).
+    pub fn tag(&self) -> ErrorTag {
         match self {
-            EdgeError::BadRequest(_) => "bad-request",
-            EdgeError::HeaderTooLarge(_) => "header-too-large",
-            EdgeError::HeaderTimeout(_) => "header-timeout",
-            EdgeError::ForbiddenClient(_) => "forbidden-client",
-            EdgeError::ForbiddenTarget(_) => "forbidden-target",
-            EdgeError::Unavailable(_) => "remote-unavailable",
-            EdgeError::PoolBusy(_) => "pool-busy",
-            EdgeError::TooManyConnections(_) => "too-many-connections",
-            EdgeError::DnsFailed(_) => "dns-failed",
-            EdgeError::ConnectFailed(_) => "connect-failed",
-            EdgeError::Timeout(_) => "origin-timeout",
-            EdgeError::BadReply(_) => "bad-reply",
+            EdgeError::BadRequest(_) => ErrorTag::BadRequest,
+            EdgeError::HeaderTooLarge(_) => ErrorTag::HeaderTooLarge,
+            EdgeError::HeaderTimeout(_) => ErrorTag::HeaderTimeout,
+            EdgeError::ForbiddenClient(_) => ErrorTag::ForbiddenClient,
+            EdgeError::ForbiddenTarget(_) => ErrorTag::ForbiddenTarget,
+            EdgeError::Unavailable(_) => ErrorTag::RemoteUnavailable,
+            EdgeError::PoolBusy(_) => ErrorTag::PoolBusy,
+            EdgeError::TooManyConnections(_) => ErrorTag::TooManyConnections,
+            EdgeError::DnsFailed(_) => ErrorTag::DnsFailed,
+            EdgeError::ConnectFailed(_) => ErrorTag::ConnectFailed,
+            EdgeError::Timeout(_) => ErrorTag::OriginTimeout,
+            EdgeError::BadReply(_) => ErrorTag::BadReply,
         }
     }
 
     /// The complete synthetic response (head and body; `Connection: close`).
     pub fn response(&self) -> Vec<u8> {
-        synthetic_response(self.status(), self.tag(), &self.to_string())
+        synthetic_response(self.tag(), &self.to_string())
     }
 
     /// The error for a stream that could not be opened: 503 `pool-busy` when the pool stayed
@@ -130,52 +119,20 @@ impl From<HeadError> for EdgeError {
     }
 }
 
-/// One access-log record: one per request or tunnel.
-#[derive(Debug)]
-pub struct Access<'a> {
-    /// Client address.
-    pub client: SocketAddr,
-    /// Method (`CONNECT` for tunnels, `TUNNEL` for intercepted non-HTTP connections).
-    pub method: &'a str,
-    /// Target as requested.
-    pub target: &'a str,
-    /// Status sent to the client (0 when none could be sent).
-    pub status: u16,
-    /// Body bytes sent to the client (for tunnels: bytes client→far / far→client).
-    pub bytes_up: u64,
-    /// Body bytes received from the far side and sent to the client.
-    pub bytes_down: u64,
-    /// Time from the request head to the end of the reply.
-    pub duration: Duration,
-    /// Time to first byte: from the request head to the reply head written to the client; for
-    /// tunnels, to the first byte from the far side. `None` when there was none.
-    pub ttfb: Option<Duration>,
-    /// `ok`, or the error tag.
-    pub outcome: &'a str,
-    /// Extra detail (error reason), may be empty.
-    pub detail: &'a str,
+/// Writes `err`'s synthetic response and closes the write side: after an error the framing of
+/// what follows on the connection cannot be trusted. Write errors are ignored (the client may
+/// be gone; the caller logs the outcome either way).
+pub async fn reply_and_close<W: AsyncWrite + Unpin>(w: &mut W, err: &EdgeError) {
+    if w.write_all(&err.response()).await.is_ok() {
+        let _ = w.shutdown().await;
+    }
 }
 
-/// Writes the access-log line (tracing target `access`).
-pub fn log_access(a: &Access<'_>) {
-    tracing::info!(
-        target: "access",
-        client = %a.client,
-        method = a.method,
-        target = a.target,
-        status = a.status,
-        bytes_up = a.bytes_up,
-        bytes_down = a.bytes_down,
-        ms = a.duration.as_millis() as u64,
-        ttfb_ms = a.ttfb.map(|t| t.as_millis() as u64),
-        outcome = a.outcome,
-        detail = a.detail,
-    );
-    let kind = match a.method {
-        "CONNECT" | "TUNNEL" => "tunnel",
-        _ => "http",
-    };
-    app::metrics::record_access(kind, a.status, a.bytes_up, a.bytes_down, a.outcome, a.ttfb);
+/// The one way the edge answers an error: writes `err`'s synthetic response, closes the write
+/// side ([`reply_and_close`]) and logs `record` as the failure (status, tag, reason).
+pub async fn answer<W: AsyncWrite + Unpin>(w: &mut W, err: &EdgeError, record: Access<'_>) {
+    reply_and_close(w, err).await;
+    record.failed(err.tag(), err.to_string()).log();
 }
 
 #[cfg(test)]
@@ -203,7 +160,7 @@ mod tests {
             assert!(r.starts_with(&format!("HTTP/1.1 {s} ")));
             let (head, body) = r.split_once("\r\n\r\n").unwrap();
             assert!(head.contains(&format!("Content-Length: {}", body.len())));
-            assert!(body.contains(e.tag()) || body.contains(&e.to_string()));
+            assert!(body.contains(&e.to_string()));
         }
     }
 
@@ -212,12 +169,12 @@ mod tests {
         let e = EdgeError::from_open(OpenError::stream_limit(
             "every pool connection is at its stream limit; no stream slot freed within 5000 ms",
         ));
-        assert_eq!((e.status(), e.tag()), (503, "pool-busy"));
+        assert_eq!((e.status(), e.tag().as_str()), (503, "pool-busy"));
         let r = String::from_utf8(e.response()).unwrap();
         assert!(r.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{r}");
         assert!(r.contains("X-Longhaul-Error: pool-busy\r\n"), "{r}");
         assert!(r.ends_with("503 Service Unavailable: pool busy: every pool connection is at its stream limit; no stream slot freed within 5000 ms\n"), "{r}");
         let e = EdgeError::from_open(OpenError::unavailable("no pool connection is up"));
-        assert_eq!((e.status(), e.tag()), (502, "remote-unavailable"));
+        assert_eq!((e.status(), e.tag().as_str()), (502, "remote-unavailable"));
     }
 }

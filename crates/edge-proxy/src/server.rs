@@ -18,13 +18,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::client::{self, Ctx, Entry, Settings};
-use crate::errors::EdgeError;
+use crate::errors::{reply_and_close, EdgeError};
 use crate::transport::Transport;
 
 /// The listeners of an edge.
@@ -123,12 +123,7 @@ async fn answer_refusal(mut sock: TcpStream, limit: usize) {
     let err = EdgeError::TooManyConnections(format!(
         "the proxy already serves {limit} client connections; retry later"
     ));
-    let _ = tokio::time::timeout(REFUSAL_LINGER, async {
-        if sock.write_all(&err.response()).await.is_ok() {
-            let _ = sock.shutdown().await;
-        }
-    })
-    .await;
+    let _ = tokio::time::timeout(REFUSAL_LINGER, reply_and_close(&mut sock, &err)).await;
     let mut scratch = [0u8; 2048];
     let mut total = 0;
     let _ = tokio::time::timeout(REFUSAL_LINGER, async {

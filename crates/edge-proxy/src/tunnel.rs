@@ -17,8 +17,9 @@ use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
 use tokio::net::TcpStream;
 
 use crate::client::{self, abort, ConnectReply, Ctx};
-use crate::errors::{log_access, Access, EdgeError};
+use crate::errors::{answer, EdgeError};
 use crate::transport::{StreamKind, Transport};
+use app::access::{Access, Peer};
 use http1::target::parse_authority;
 use http1::RequestHead;
 
@@ -37,25 +38,11 @@ pub(crate) async fn connect<T: Transport>(
     peer: SocketAddr,
     started: Instant,
 ) {
-    let fail = |err: EdgeError| {
-        log_access(&Access {
-            client: peer,
-            method: "CONNECT",
-            target: &head.target,
-            status: err.status(),
-            bytes_up: 0,
-            bytes_down: 0,
-            duration: started.elapsed(),
-            ttfb: None,
-            outcome: err.tag(),
-            detail: &err.to_string(),
-        });
-        err.response()
-    };
+    let record = || Access::new(Peer::Client(peer), "CONNECT", &head.target, started);
     let auth = match parse_authority(&head.target, None) {
         Ok(a) => a,
         Err(e) => {
-            let _ = client::write_all(&mut wr, &fail(EdgeError::BadRequest(e))).await;
+            answer(&mut wr, &EdgeError::BadRequest(e), record()).await;
             return;
         }
     };
@@ -63,7 +50,7 @@ pub(crate) async fn connect<T: Transport>(
     if !ports.is_empty() && !ports.contains(&auth.port) {
         let err =
             EdgeError::ForbiddenTarget(format!("CONNECT to port {} is not allowed", auth.port));
-        let _ = client::write_all(&mut wr, &fail(err)).await;
+        answer(&mut wr, &err, record()).await;
         return;
     }
     let target = auth.target();
@@ -77,7 +64,7 @@ pub(crate) async fn connect<T: Transport>(
             {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ = client::write_all(&mut wr, &fail(EdgeError::from_open(e))).await;
+                    answer(&mut wr, &EdgeError::from_open(e), record()).await;
                     return;
                 }
             };
@@ -118,7 +105,7 @@ pub(crate) async fn connect<T: Transport>(
             {
                 Ok(s) => s,
                 Err(e) => {
-                    let _ = client::write_all(&mut wr, &fail(EdgeError::from_open(e))).await;
+                    answer(&mut wr, &EdgeError::from_open(e), record()).await;
                     return;
                 }
             };
@@ -133,12 +120,11 @@ pub(crate) async fn connect<T: Transport>(
                         Some(f) => EdgeError::from_far(&f),
                         None => EdgeError::BadReply(e.to_string()),
                     };
-                    let _ = client::write_all(&mut wr, &fail(err)).await;
+                    answer(&mut wr, &err, record()).await;
                     return;
                 }
                 Err(e) => {
-                    let _ =
-                        client::write_all(&mut wr, &fail(EdgeError::BadReply(e.to_string()))).await;
+                    answer(&mut wr, &EdgeError::BadReply(e.to_string()), record()).await;
                     return;
                 }
             };
@@ -159,18 +145,13 @@ pub(crate) async fn connect<T: Transport>(
                     http1::copy_body(kind, &mut srd, &mut sbuf, &mut wr, http1::OutFraming::Raw)
                         .await;
                 let _ = wr.shutdown().await;
-                log_access(&Access {
-                    client: peer,
-                    method: "CONNECT",
-                    target: &head.target,
+                Access {
                     status: out.status,
-                    bytes_up: 0,
-                    bytes_down: 0,
-                    duration: started.elapsed(),
-                    ttfb: None,
                     outcome: "refused-by-far-side",
-                    detail: &out.reason,
-                });
+                    detail: out.reason.as_str().into(),
+                    ..record()
+                }
+                .log();
                 return;
             }
             if client::write_all(&mut wr, ESTABLISHED).await.is_err() {
@@ -252,22 +233,16 @@ fn log_tunnel(
     ttfb: Option<std::time::Duration>,
     err: Option<String>,
 ) {
-    let detail = err.clone().unwrap_or_default();
     if let Some(e) = &err {
         tracing::warn!(%peer, target, error = %e, "tunnel closed by a failure");
     }
-    log_access(&Access {
-        client: peer,
-        method,
-        target,
+    Access {
         status,
-        bytes_up: up,
-        bytes_down: down,
-        duration: started.elapsed(),
         ttfb,
-        outcome: if err.is_some() { "tunnel-failed" } else { "ok" },
-        detail: &detail,
-    });
+        ..Access::new(Peer::Client(peer), method, target, started)
+    }
+    .tunnel_ended(up, down, err)
+    .log();
 }
 
 async fn pump<T: Transport>(

@@ -1,8 +1,10 @@
 //! The synthetic replies either proxy sends when it answers in place of an origin: a complete
-//! `Connection: close` response with a plain-text one-line body and the `X-Longhaul-Error` tag.
+//! `Connection: close` response with a plain-text one-line body, and [`ErrorTag`], the one
+//! vocabulary of error tags both proxies use (sent in `X-Longhaul-Error`, logged as the
+//! access record's outcome, counted in metrics) with the status each tag is answered with.
 //!
-//! What it does NOT do: decide which status or tag a failure gets (each proxy's `errors`
-//! module does), or write to a socket.
+//! What it does NOT do: decide which failure gets which tag (each proxy's `errors` module
+//! does), or write to a socket.
 
 /// Reason phrase of the statuses the proxies generate.
 pub fn reason_phrase(status: u16) -> &'static str {
@@ -20,8 +22,86 @@ pub fn reason_phrase(status: u16) -> &'static str {
     }
 }
 
-/// A `Connection: close` response with a plain-text one-line body.
-pub fn synthetic_response(status: u16, tag: &str, reason: &str) -> Vec<u8> {
+/// What went wrong, as both proxies tell clients, logs and metrics. Each tag has one status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorTag {
+    /// `bad-request` (400): the request is not valid HTTP/1.1 or not acceptable to a proxy.
+    BadRequest,
+    /// `header-too-large` (431): the request head is over the configured limit.
+    HeaderTooLarge,
+    /// `header-timeout` (408): the request head did not arrive in time (edge).
+    HeaderTimeout,
+    /// `forbidden-client` (403): the client is not in an allowed network (edge).
+    ForbiddenClient,
+    /// `forbidden-target` (403): the target is refused by policy.
+    ForbiddenTarget,
+    /// `remote-unavailable` (502): no pool connection could carry the request (edge).
+    RemoteUnavailable,
+    /// `pool-busy` (503): every pool connection stayed at its stream limit (edge).
+    PoolBusy,
+    /// `too-many-connections` (503): the edge serves its limit of clients (edge).
+    TooManyConnections,
+    /// `dns-failed` (502): the target's name did not resolve (remote).
+    DnsFailed,
+    /// `connect-failed` (502): the target could not be connected (remote).
+    ConnectFailed,
+    /// `origin-timeout` (504): the origin did not connect or answer in time (remote).
+    OriginTimeout,
+    /// `bad-reply` (502): the reply from the remote proxy was broken or missing (edge).
+    BadReply,
+    /// `bad-origin-reply` (502): the origin's reply was broken (remote).
+    BadOriginReply,
+}
+
+impl ErrorTag {
+    /// The tag as sent and logged.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorTag::BadRequest => "bad-request",
+            ErrorTag::HeaderTooLarge => "header-too-large",
+            ErrorTag::HeaderTimeout => "header-timeout",
+            ErrorTag::ForbiddenClient => "forbidden-client",
+            ErrorTag::ForbiddenTarget => "forbidden-target",
+            ErrorTag::RemoteUnavailable => "remote-unavailable",
+            ErrorTag::PoolBusy => "pool-busy",
+            ErrorTag::TooManyConnections => "too-many-connections",
+            ErrorTag::DnsFailed => "dns-failed",
+            ErrorTag::ConnectFailed => "connect-failed",
+            ErrorTag::OriginTimeout => "origin-timeout",
+            ErrorTag::BadReply => "bad-reply",
+            ErrorTag::BadOriginReply => "bad-origin-reply",
+        }
+    }
+
+    /// The status a failure with this tag is answered with.
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorTag::BadRequest => 400,
+            ErrorTag::HeaderTooLarge => 431,
+            ErrorTag::HeaderTimeout => 408,
+            ErrorTag::ForbiddenClient | ErrorTag::ForbiddenTarget => 403,
+            ErrorTag::RemoteUnavailable
+            | ErrorTag::DnsFailed
+            | ErrorTag::ConnectFailed
+            | ErrorTag::BadReply
+            | ErrorTag::BadOriginReply => 502,
+            ErrorTag::PoolBusy | ErrorTag::TooManyConnections => 503,
+            ErrorTag::OriginTimeout => 504,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `Connection: close` response for a failure tagged `tag`, with `reason` as its
+/// plain-text one-line body.
+pub fn synthetic_response(tag: ErrorTag, reason: &str) -> Vec<u8> {
+    let status = tag.status();
+    let tag = tag.as_str();
     let body = format!("{status} {}: {reason}\n", reason_phrase(status));
     format!(
         "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
@@ -30,4 +110,50 @@ pub fn synthetic_response(status: u16, tag: &str, reason: &str) -> Vec<u8> {
         body.len()
     )
     .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_is_complete_and_tagged() {
+        let r = String::from_utf8(synthetic_response(ErrorTag::PoolBusy, "wait")).unwrap();
+        let (head, body) = r.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.contains("\r\nX-Longhaul-Error: pool-busy\r\n"),
+            "{head}"
+        );
+        assert!(head.contains("\r\nConnection: close\r\n"), "{head}");
+        assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
+        assert_eq!(body, "503 Service Unavailable: wait\n");
+    }
+
+    #[test]
+    fn every_tag_has_an_error_status_with_a_reason_phrase() {
+        use ErrorTag::*;
+        for t in [
+            BadRequest,
+            HeaderTooLarge,
+            HeaderTimeout,
+            ForbiddenClient,
+            ForbiddenTarget,
+            RemoteUnavailable,
+            PoolBusy,
+            TooManyConnections,
+            DnsFailed,
+            ConnectFailed,
+            OriginTimeout,
+            BadReply,
+            BadOriginReply,
+        ] {
+            assert!((400..600).contains(&t.status()), "{t}");
+            assert_ne!(reason_phrase(t.status()), "Error", "{t}");
+            assert_eq!(t.to_string(), t.as_str());
+        }
+    }
 }

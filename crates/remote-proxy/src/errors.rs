@@ -6,9 +6,7 @@
 //! `Tunnel` stream that cannot reach its target is reset with a [`ResetReason`] the transport
 //! turns into a wire error code. It does NOT decide when failures happen.
 
-use std::time::Duration;
-
-use http1::reply::synthetic_response;
+use http1::reply::{synthetic_response, ErrorTag};
 
 use crate::policy::ResolveError;
 
@@ -54,29 +52,21 @@ pub enum ResetReason {
 }
 
 impl RemoteError {
-    /// Status code of the synthetic response.
+    /// Status code of the synthetic response (the tag's).
     pub fn status(&self) -> u16 {
-        match self {
-            RemoteError::BadRequest(_) => 400,
-            RemoteError::HeaderTooLarge(_) => 431,
-            RemoteError::Forbidden(_) => 403,
-            RemoteError::DnsFailed(_)
-            | RemoteError::ConnectFailed(_)
-            | RemoteError::BadOrigin(_) => 502,
-            RemoteError::Timeout(_) => 504,
-        }
+        self.tag().status()
     }
 
-    /// Short tag (same vocabulary as the edge).
-    pub fn tag(&self) -> &'static str {
+    /// The error tag (same vocabulary as the edge: [`ErrorTag`]).
+    pub fn tag(&self) -> ErrorTag {
         match self {
-            RemoteError::BadRequest(_) => "bad-request",
-            RemoteError::HeaderTooLarge(_) => "header-too-large",
-            RemoteError::Forbidden(_) => "forbidden-target",
-            RemoteError::DnsFailed(_) => "dns-failed",
-            RemoteError::ConnectFailed(_) => "connect-failed",
-            RemoteError::Timeout(_) => "origin-timeout",
-            RemoteError::BadOrigin(_) => "bad-origin-reply",
+            RemoteError::BadRequest(_) => ErrorTag::BadRequest,
+            RemoteError::HeaderTooLarge(_) => ErrorTag::HeaderTooLarge,
+            RemoteError::Forbidden(_) => ErrorTag::ForbiddenTarget,
+            RemoteError::DnsFailed(_) => ErrorTag::DnsFailed,
+            RemoteError::ConnectFailed(_) => ErrorTag::ConnectFailed,
+            RemoteError::Timeout(_) => ErrorTag::OriginTimeout,
+            RemoteError::BadOrigin(_) => ErrorTag::BadOriginReply,
         }
     }
 
@@ -93,7 +83,7 @@ impl RemoteError {
 
     /// The complete synthetic response.
     pub fn response(&self) -> Vec<u8> {
-        synthetic_response(self.status(), self.tag(), &self.to_string())
+        synthetic_response(self.tag(), &self.to_string())
     }
 
     /// The error for a hyper client failure, found by walking its cause chain.
@@ -160,52 +150,4 @@ pub fn chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
-}
-
-/// One access-log record of the remote: one per stream.
-#[derive(Debug)]
-pub struct Access<'a> {
-    /// Stream id.
-    pub stream: u64,
-    /// Method, or `TUNNEL`.
-    pub method: &'a str,
-    /// `host:port` of the stream.
-    pub target: &'a str,
-    /// Status returned (0 for tunnels and resets).
-    pub status: u16,
-    /// Request body bytes (tunnels: bytes edge→origin).
-    pub bytes_up: u64,
-    /// Reply body bytes (tunnels: bytes origin→edge).
-    pub bytes_down: u64,
-    /// Time the stream took.
-    pub duration: Duration,
-    /// Time from the stream's start to the reply head sent back (`None`: none, or a tunnel).
-    pub ttfb: Option<Duration>,
-    /// `ok` or an error tag.
-    pub outcome: &'a str,
-    /// Detail.
-    pub detail: &'a str,
-}
-
-/// Writes the access-log line (tracing target `access`).
-pub fn log_access(a: &Access<'_>) {
-    tracing::info!(
-        target: "access",
-        stream = a.stream,
-        method = a.method,
-        target = a.target,
-        status = a.status,
-        bytes_up = a.bytes_up,
-        bytes_down = a.bytes_down,
-        ms = a.duration.as_millis() as u64,
-        ttfb_ms = a.ttfb.map(|t| t.as_millis() as u64),
-        outcome = a.outcome,
-        detail = a.detail,
-    );
-    let kind = if a.method == "TUNNEL" {
-        "tunnel"
-    } else {
-        "http"
-    };
-    app::metrics::record_access(kind, a.status, a.bytes_up, a.bytes_down, a.outcome, a.ttfb);
 }

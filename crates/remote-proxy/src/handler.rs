@@ -32,8 +32,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use crate::errors::{chain, log_access, Access, RemoteError, ResetReason};
+use crate::errors::{chain, RemoteError, ResetReason};
 use crate::policy::{PolicyResolver, TargetPolicy};
+use app::access::{Access, Peer};
 
 /// Request body pieces buffered between the stream and hyper (each up to 64 KiB).
 pub const DEFAULT_BODY_CHANNEL: usize = 4;
@@ -194,33 +195,22 @@ fn log_tunnel(
     started: Instant,
     err: Option<String>,
 ) {
-    log_access(&Access {
-        stream: id,
-        method,
-        target,
+    Access {
         status,
-        bytes_up: up,
-        bytes_down: down,
-        duration: started.elapsed(),
-        ttfb: None,
-        outcome: if err.is_some() { "tunnel-failed" } else { "ok" },
-        detail: err.as_deref().unwrap_or(""),
-    });
+        ..Access::new(Peer::Stream(id), method, target, started)
+    }
+    .tunnel_ended(up, down, err)
+    .log();
 }
 
 fn log_error(id: u64, method: &str, target: &str, status: u16, started: Instant, e: &RemoteError) {
-    log_access(&Access {
-        stream: id,
-        method,
-        target,
+    // `status` is 0 for a tunnel that was reset rather than answered.
+    let record = Access::new(Peer::Stream(id), method, target, started);
+    Access {
         status,
-        bytes_up: 0,
-        bytes_down: 0,
-        duration: started.elapsed(),
-        ttfb: None,
-        outcome: e.tag(),
-        detail: &e.to_string(),
-    });
+        ..record.failed(e.tag(), e.to_string())
+    }
+    .log();
 }
 
 /// Answers `e` with a synthetic response and finishes the stream.
@@ -426,18 +416,14 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     match result {
         Ok((status, down)) => {
             let _ = wr.shutdown().await;
-            log_access(&Access {
-                stream: id,
-                method: &head.method,
-                target,
+            Access {
                 status,
                 bytes_up: up,
                 bytes_down: down,
-                duration: started.elapsed(),
                 ttfb: head_at.get().map(|t| t.saturating_duration_since(started)),
-                outcome: "ok",
-                detail: "",
-            });
+                ..Access::new(Peer::Stream(id), &head.method, target, started)
+            }
+            .log();
         }
         Err(Outcome::Before(e)) => {
             let mut stream = rd.unsplit(wr);
@@ -446,18 +432,13 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
         Err(Outcome::Cut(why)) => {
             let mut stream = rd.unsplit(wr);
             stream.reset(ResetReason::Cancel);
-            log_access(&Access {
-                stream: id,
-                method: &head.method,
-                target,
-                status: 0,
+            Access {
                 bytes_up: up,
-                bytes_down: 0,
-                duration: started.elapsed(),
-                ttfb: None,
                 outcome: "reply-cut",
-                detail: &why,
-            });
+                detail: why.into(),
+                ..Access::new(Peer::Stream(id), &head.method, target, started)
+            }
+            .log();
         }
     }
 }

@@ -1,0 +1,169 @@
+//! The access log of both proxies: one record per request, tunnel or stream, written as one
+//! `tracing` event (target `access`) and counted in the metrics.
+//!
+//! What it does: [`Access::new`] starts a record with what every record has (who, method,
+//! target, when it started) and neutral values for the rest (status 0, no bytes, outcome `ok`);
+//! callers set what they know with struct update syntax, [`Access::failed`] fills in an
+//! error's status, tag and reason, and [`Access::log`] writes it.
+//!
+//! What it does NOT do: write files (the log subscriber decides where events go), or decide
+//! outcomes: the proxies do.
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use http1::reply::ErrorTag;
+
+/// Who a record is about: a client of the edge, or a stream the remote served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// The edge's client address (logged as `client`).
+    Client(SocketAddr),
+    /// The remote's stream id (logged as `stream`).
+    Stream(u64),
+}
+
+/// One access-log record.
+#[derive(Debug, Clone)]
+pub struct Access<'a> {
+    /// Who.
+    pub peer: Peer,
+    /// Method (`CONNECT` for CONNECT tunnels, `TUNNEL` for intercepted non-HTTP connections and
+    /// tunnel streams, `-` before a request was read).
+    pub method: &'a str,
+    /// Target as requested.
+    pub target: &'a str,
+    /// Status sent (0 when none could be sent, and for tunnels and resets on the remote).
+    pub status: u16,
+    /// Request body bytes (tunnels: bytes towards the target).
+    pub bytes_up: u64,
+    /// Reply body bytes (tunnels: bytes from the target).
+    pub bytes_down: u64,
+    /// Time from the start of the request to the end of the record.
+    pub duration: Duration,
+    /// Time to first byte: to the reply head (tunnels on the edge: to the first byte from the
+    /// far side). `None` when there was none.
+    pub ttfb: Option<Duration>,
+    /// `ok`, an error tag, or another outcome (`reply-cut`, `tunnel-failed`, ...).
+    pub outcome: &'a str,
+    /// Extra detail (the error's reason), may be empty.
+    pub detail: Cow<'a, str>,
+}
+
+impl<'a> Access<'a> {
+    /// A record of `method` `target` from `peer` that started at `started` and ends now:
+    /// status 0, no bytes, no first byte, outcome `ok`, no detail.
+    pub fn new(peer: Peer, method: &'a str, target: &'a str, started: Instant) -> Access<'a> {
+        Access {
+            peer,
+            method,
+            target,
+            status: 0,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration: started.elapsed(),
+            ttfb: None,
+            outcome: "ok",
+            detail: Cow::Borrowed(""),
+        }
+    }
+
+    /// The record of a failure answered with a synthetic reply: the tag's status, the tag as
+    /// the outcome, `reason` as the detail.
+    pub fn failed(self, tag: ErrorTag, reason: String) -> Access<'a> {
+        Access {
+            status: tag.status(),
+            outcome: tag.as_str(),
+            detail: Cow::Owned(reason),
+            ..self
+        }
+    }
+
+    /// The record of a tunnel that ended after `up` bytes towards the target and `down` bytes
+    /// from it: outcome `ok`, or `tunnel-failed` with `err` as the detail.
+    pub fn tunnel_ended(self, up: u64, down: u64, err: Option<String>) -> Access<'a> {
+        Access {
+            bytes_up: up,
+            bytes_down: down,
+            outcome: if err.is_some() { "tunnel-failed" } else { "ok" },
+            detail: err.map(Cow::Owned).unwrap_or_default(),
+            ..self
+        }
+    }
+
+    /// Whether the record is about a tunnel (for metrics).
+    fn kind(&self) -> &'static str {
+        match self.method {
+            "CONNECT" | "TUNNEL" => "tunnel",
+            _ => "http",
+        }
+    }
+
+    /// Writes the access-log line (tracing target `access`) and counts it in the metrics.
+    pub fn log(&self) {
+        let ms = self.duration.as_millis() as u64;
+        let ttfb_ms = self.ttfb.map(|t| t.as_millis() as u64);
+        let detail: &str = &self.detail;
+        match self.peer {
+            Peer::Client(client) => tracing::info!(
+                target: "access",
+                %client,
+                method = self.method,
+                target = self.target,
+                status = self.status,
+                bytes_up = self.bytes_up,
+                bytes_down = self.bytes_down,
+                ms,
+                ttfb_ms,
+                outcome = self.outcome,
+                detail,
+            ),
+            Peer::Stream(stream) => tracing::info!(
+                target: "access",
+                stream,
+                method = self.method,
+                target = self.target,
+                status = self.status,
+                bytes_up = self.bytes_up,
+                bytes_down = self.bytes_down,
+                ms,
+                ttfb_ms,
+                outcome = self.outcome,
+                detail,
+            ),
+        }
+        crate::metrics::record_access(
+            self.kind(),
+            self.status,
+            self.bytes_up,
+            self.bytes_down,
+            self.outcome,
+            self.ttfb,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_record_is_neutral_and_a_failure_carries_its_tag() {
+        let peer = Peer::Stream(7);
+        let a = Access::new(peer, "GET", "a.test:80", Instant::now());
+        assert_eq!((a.status, a.outcome, &*a.detail), (0, "ok", ""));
+        assert_eq!((a.bytes_up, a.bytes_down, a.ttfb), (0, 0, None));
+        let f = a.failed(ErrorTag::OriginTimeout, "slow".into());
+        assert_eq!(
+            (f.status, f.outcome, &*f.detail),
+            (504, "origin-timeout", "slow")
+        );
+        assert_eq!(f.kind(), "http");
+        let t = Access::new(peer, "CONNECT", "a.test:443", Instant::now());
+        assert_eq!(t.kind(), "tunnel");
+        let t = t.tunnel_ended(3, 4, Some("reset".into()));
+        assert_eq!((t.bytes_up, t.bytes_down), (3, 4));
+        assert_eq!((t.outcome, &*t.detail), ("tunnel-failed", "reset"));
+    }
+}
