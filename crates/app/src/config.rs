@@ -252,3 +252,176 @@ pub fn effective_mode(mode: Option<Mode>, addrs: &[SocketAddr]) -> Mode {
         Mode::Production
     })
 }
+
+/// Congestion controls a pool connection may use.
+pub const CONGESTION_CONTROLS: &[&str] = &["bbr", "cubic", "reno"];
+/// Longest time any `*_ms` key may be set to: one day.
+pub const MAX_MS: u64 = 86_400_000;
+/// Smallest and largest `max_header_bytes`.
+pub const HEADER_BYTES_RANGE: std::ops::RangeInclusive<usize> = 1024..=1024 * 1024;
+
+/// `value` of `key` is within `range` (the error names both).
+pub fn check_range<T>(key: &str, value: T, range: std::ops::RangeInclusive<T>) -> Result<(), String>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    if range.contains(&value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{key} {value} must be in {}..={}",
+            range.start(),
+            range.end()
+        ))
+    }
+}
+
+/// Each `(key, milliseconds)` is a duration of at least 1 ms and at most [`MAX_MS`].
+pub fn check_ms(keys: &[(&str, u64)]) -> Result<(), String> {
+    keys.iter()
+        .try_for_each(|&(key, v)| check_range(key, v, 1..=MAX_MS))
+}
+
+/// `max_header_bytes` is within [`HEADER_BYTES_RANGE`].
+pub fn check_max_header_bytes(v: usize) -> Result<(), String> {
+    check_range("max_header_bytes", v, HEADER_BYTES_RANGE)
+}
+
+/// `value` of `key` is one of [`CONGESTION_CONTROLS`].
+pub fn check_congestion(key: &str, value: &str) -> Result<(), String> {
+    if CONGESTION_CONTROLS.contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("{key} {value:?} must be bbr, cubic or reno"))
+    }
+}
+
+/// In development mode every listen address is loopback.
+pub fn check_development_binds(mode: Mode, addrs: &[(&str, SocketAddr)]) -> Result<(), String> {
+    if mode != Mode::Development {
+        return Ok(());
+    }
+    match addrs.iter().find(|(_, a)| !a.ip().is_loopback()) {
+        Some((key, a)) => Err(format!(
+            "{key} {a}: development mode binds loopback only (set mode = \"production\")"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Where a binary keeps its pool settings, for the messages of [`PoolSide::check_security`].
+#[derive(Debug, Clone, Copy)]
+pub struct PoolSide {
+    /// Prefix of the pool keys: `pool.` on the edge, empty on the remote.
+    pub prefix: &'static str,
+    /// The binary's name (`gen-keys` runs as `PROG gen-keys`).
+    pub prog: &'static str,
+    /// How to stay in development without TLS.
+    pub loopback_hint: &'static str,
+}
+
+impl PoolSide {
+    /// The pool's security rules, the same on both sides: QUIC needs the TLS section and valid
+    /// QUIC settings; a TLS section is well-formed; without one, `requires_tls` (why the pool
+    /// leaves this host, if it does) is an error.
+    pub fn check_security(
+        &self,
+        carrier: CarrierName,
+        tls: Option<&TlsSection>,
+        quic: &QuicSection,
+        link: &LinkConfig,
+        requires_tls: Option<String>,
+    ) -> Result<(), String> {
+        let (p, prog) = (self.prefix, self.prog);
+        if carrier == CarrierName::Quic {
+            if tls.is_none() {
+                return Err(format!(
+                    "{p}carrier = \"quic\" needs a [{p}tls] section (cert, key, ca): QUIC always \
+                     runs mutual TLS — `{prog} gen-keys --out DIR` makes the files"
+                ));
+            }
+            quic.validate(&format!("{p}quic"), link)?;
+        }
+        match (tls, requires_tls) {
+            (Some(t), _) => t.validate(&format!("{p}tls")),
+            (None, Some(why)) => Err(format!(
+                "{why}: pool connections leave this host, so they must run mutual TLS; add a \
+                 [{p}tls] section (cert, key, ca) — `{prog} gen-keys --out DIR` makes the files \
+                 — or {} (development)",
+                self.loopback_hint
+            )),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_checks_name_the_key_and_the_range() {
+        assert_eq!(check_range("a", 5, 1..=10), Ok(()));
+        assert_eq!(
+            check_range("pool.connections", 0usize, 1..=1024),
+            Err("pool.connections 0 must be in 1..=1024".into())
+        );
+        assert_eq!(
+            check_ms(&[("x_ms", 1), ("y_ms", MAX_MS + 1)]),
+            Err(format!("y_ms {} must be in 1..={MAX_MS}", MAX_MS + 1))
+        );
+        assert!(check_max_header_bytes(1023).is_err());
+        assert!(check_max_header_bytes(1024 * 1024).is_ok());
+        assert!(check_congestion("congestion", "cubic").is_ok());
+        assert_eq!(
+            check_congestion("pool.congestion", "vegas"),
+            Err("pool.congestion \"vegas\" must be bbr, cubic or reno".into())
+        );
+    }
+
+    #[test]
+    fn development_binds_loopback_only() {
+        let lo: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:1".parse().unwrap();
+        let addrs = [("listen", lo), ("transparent.listen", any)];
+        assert!(check_development_binds(Mode::Production, &addrs).is_ok());
+        let e = check_development_binds(Mode::Development, &addrs).unwrap_err();
+        assert!(
+            e.starts_with("transparent.listen 0.0.0.0:1: development mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn pool_security_is_the_same_rule_on_both_sides() {
+        let side = PoolSide {
+            prefix: "pool.",
+            prog: "edge-proxy",
+            loopback_hint: "use loopback addresses only",
+        };
+        let (quic, link) = (QuicSection::default(), LinkConfig::default());
+        let tls = TlsSection::from_dir(Path::new("/k"), "edge");
+        let check = |carrier, tls: Option<&TlsSection>, why: Option<&str>| {
+            side.check_security(carrier, tls, &quic, &link, why.map(String::from))
+        };
+        assert!(check(CarrierName::Tcp, None, None).is_ok());
+        assert!(check(CarrierName::Quic, Some(&tls), Some("far")).is_ok());
+        let e = check(CarrierName::Quic, None, None).unwrap_err();
+        assert!(
+            e.starts_with("pool.carrier = \"quic\" needs a [pool.tls] section"),
+            "{e}"
+        );
+        let e = check(CarrierName::Tcp, None, Some("listen 10.0.0.1:1 is far")).unwrap_err();
+        assert!(
+            e.starts_with("listen 10.0.0.1:1 is far: pool connections"),
+            "{e}"
+        );
+        assert!(
+            e.ends_with("or use loopback addresses only (development)"),
+            "{e}"
+        );
+        let empty = TlsSection { ca: vec![], ..tls };
+        let e = check(CarrierName::Tcp, Some(&empty), None).unwrap_err();
+        assert!(e.starts_with("pool.tls.ca is empty"), "{e}");
+    }
+}

@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use app::config::{
-    check_host_port, effective_mode, is_loopback_authority, CarrierName, LinkConfig, LogFormat,
-    Mode, PolicyName, QuicSection, TlsSection, DEFAULT_CONGESTION, DEFAULT_DRAIN_GRACE_MS,
+    check_congestion, check_development_binds, check_host_port, check_max_header_bytes, check_ms,
+    check_range, effective_mode, is_loopback_authority, CarrierName, LinkConfig, LogFormat, Mode,
+    PolicyName, PoolSide, QuicSection, TlsSection, DEFAULT_CONGESTION, DEFAULT_DRAIN_GRACE_MS,
 };
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -231,6 +232,13 @@ impl PoolSection {
 
 app::process_config!(EdgeConfig, tls: pool.tls);
 
+/// Where the edge keeps its pool settings (for messages).
+const POOL_SIDE: PoolSide = PoolSide {
+    prefix: "pool.",
+    prog: "edge-proxy",
+    loopback_hint: "use loopback addresses only",
+};
+
 impl EdgeConfig {
     /// The mode in force (see [`effective_mode`]).
     pub fn mode(&self) -> Mode {
@@ -239,21 +247,18 @@ impl EdgeConfig {
         effective_mode(self.mode, &addrs)
     }
 
+    /// The listen addresses with their keys.
+    fn listen_addrs(&self) -> Vec<(&'static str, SocketAddr)> {
+        let mut addrs = vec![("listen", self.listen)];
+        if let Some(t) = &self.transparent {
+            addrs.push(("transparent.listen", t.listen));
+        }
+        addrs
+    }
+
     /// Checks ranges and cross-field rules; the error says which key is wrong and why.
     pub fn validate(&self) -> Result<(), String> {
-        if self.mode() == Mode::Development {
-            let mut addrs = vec![("listen", self.listen)];
-            if let Some(t) = &self.transparent {
-                addrs.push(("transparent.listen", t.listen));
-            }
-            for (key, a) in addrs {
-                if !a.ip().is_loopback() {
-                    return Err(format!(
-                        "{key} {a}: development mode binds loopback only (set mode = \"production\")"
-                    ));
-                }
-            }
-        }
+        check_development_binds(self.mode(), &self.listen_addrs())?;
         check_host_port("pool.remote", &self.pool.remote)?;
         if !self.pool.remotes.is_empty() {
             if self.pool.remote != DEFAULT_REMOTE && !self.pool.remotes.contains(&self.pool.remote)
@@ -276,86 +281,39 @@ impl EdgeConfig {
                 }
             }
         }
-        if self.pool.carrier == CarrierName::Quic {
-            if self.pool.tls.is_none() {
-                return Err(
-                    "pool.carrier = \"quic\" needs a [pool.tls] section (cert, key, ca): \
-                            QUIC always runs mutual TLS — `edge-proxy gen-keys --out DIR` makes \
-                            the files"
-                        .into(),
-                );
-            }
-            self.pool.quic.validate("pool.quic", &self.link)?;
-        }
-        match (&self.pool.tls, self.requires_tls()) {
-            (Some(t), _) => t.validate("pool.tls")?,
-            (None, Some(why)) => {
-                return Err(format!(
-                    "{why}: pool connections leave this host, so they must run mutual TLS; \
-                     add a [pool.tls] section (cert, key, ca) — `edge-proxy gen-keys --out DIR` \
-                     makes the files — or use loopback addresses only (development)"
-                ))
-            }
-            (None, None) => {}
-        }
-        if !(1..=1024).contains(&self.pool.connections) {
-            return Err(format!(
-                "pool.connections {} must be in 1..=1024",
-                self.pool.connections
-            ));
-        }
-        if !["bbr", "cubic", "reno"].contains(&self.pool.congestion.as_str()) {
-            return Err(format!(
-                "pool.congestion {:?} must be bbr, cubic or reno",
-                self.pool.congestion
-            ));
-        }
+        POOL_SIDE.check_security(
+            self.pool.carrier,
+            self.pool.tls.as_ref(),
+            &self.pool.quic,
+            &self.link,
+            self.requires_tls(),
+        )?;
+        check_range("pool.connections", self.pool.connections, 1..=1024)?;
+        check_congestion("pool.congestion", &self.pool.congestion)?;
         if self.allowed_clients.is_empty() {
             return Err("allowed_clients is empty: no client could use the proxy".into());
         }
-        if !(1024..=1024 * 1024).contains(&self.max_header_bytes) {
-            return Err(format!(
-                "max_header_bytes {} must be in 1024..=1048576",
-                self.max_header_bytes
-            ));
-        }
-        if !(1..=1_000_000).contains(&self.max_client_connections) {
-            return Err(format!(
-                "max_client_connections {} must be in 1..=1000000",
-                self.max_client_connections
-            ));
-        }
-        if !(1..=256).contains(&self.max_pipeline) {
-            return Err(format!(
-                "max_pipeline {} must be in 1..=256",
-                self.max_pipeline
-            ));
-        }
-        for (key, v) in [
+        check_max_header_bytes(self.max_header_bytes)?;
+        check_range(
+            "max_client_connections",
+            self.max_client_connections,
+            1..=1_000_000,
+        )?;
+        check_range("max_pipeline", self.max_pipeline, 1..=256)?;
+        check_ms(&[
             ("client_idle_timeout_ms", self.client_idle_timeout_ms),
             ("header_timeout_ms", self.header_timeout_ms),
             ("client_send_timeout_ms", self.client_send_timeout_ms),
             ("drain_grace_ms", self.drain_grace_ms),
             ("pool.ready_timeout_ms", self.pool.ready_timeout_ms),
-        ] {
-            if v == 0 || v > 86_400_000 {
-                return Err(format!("{key} {v} must be in 1..=86400000"));
-            }
-        }
-        if self.pool.open_queue > pool::MAX_OPEN_QUEUE {
-            return Err(format!(
-                "pool.open_queue {} must be in 0..={}",
-                self.pool.open_queue,
-                pool::MAX_OPEN_QUEUE
-            ));
-        }
+        ])?;
+        check_range(
+            "pool.open_queue",
+            self.pool.open_queue,
+            0..=pool::MAX_OPEN_QUEUE,
+        )?;
         let max_wait = pool::MAX_OPEN_WAIT.as_millis() as u64;
-        if self.pool.open_wait_ms > max_wait {
-            return Err(format!(
-                "pool.open_wait_ms {} must be in 0..={max_wait}",
-                self.pool.open_wait_ms
-            ));
-        }
+        check_range("pool.open_wait_ms", self.pool.open_wait_ms, 0..=max_wait)?;
         if self.connect_ports.contains(&0) {
             return Err("connect_ports contains 0".into());
         }
@@ -380,11 +338,7 @@ impl EdgeConfig {
         if let Some(r) = self.pool.remotes.iter().find(|r| !is_loopback_authority(r)) {
             return Some(format!("pool.remotes {r} is not a loopback address"));
         }
-        let mut addrs = vec![("listen", self.listen)];
-        if let Some(t) = &self.transparent {
-            addrs.push(("transparent.listen", t.listen));
-        }
-        addrs
+        self.listen_addrs()
             .into_iter()
             .find(|(_, a)| !a.ip().is_loopback())
             .map(|(key, a)| format!("{key} {a} is not a loopback address (production)"))

@@ -10,7 +10,8 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use app::config::{
-    CarrierName, LinkConfig, LogFormat, Mode, PolicyName, QuicSection, TlsSection,
+    check_congestion, check_development_binds, check_max_header_bytes, check_ms, check_range,
+    CarrierName, LinkConfig, LogFormat, Mode, PolicyName, PoolSide, QuicSection, TlsSection,
     DEFAULT_DRAIN_GRACE_MS,
 };
 use serde::{Deserialize, Serialize};
@@ -126,6 +127,13 @@ impl Default for RemoteConfig {
 
 app::process_config!(RemoteConfig, tls: tls);
 
+/// Where the remote keeps its pool settings (for messages).
+const POOL_SIDE: PoolSide = PoolSide {
+    prefix: "",
+    prog: "remote-proxy",
+    loopback_hint: "listen on loopback only",
+};
+
 impl RemoteConfig {
     /// The mode in force.
     pub fn mode(&self) -> Mode {
@@ -134,58 +142,27 @@ impl RemoteConfig {
 
     /// Checks ranges and the development-mode rule; the error names the key.
     pub fn validate(&self) -> Result<(), String> {
-        if !["bbr", "cubic", "reno"].contains(&self.congestion.as_str()) {
-            return Err(format!(
-                "congestion {:?} must be bbr, cubic or reno",
-                self.congestion
-            ));
+        check_congestion("congestion", &self.congestion)?;
+        check_development_binds(self.mode(), &[("listen", self.listen)])?;
+        POOL_SIDE.check_security(
+            self.carrier,
+            self.tls.as_ref(),
+            &self.quic,
+            &self.link,
+            self.requires_tls(),
+        )?;
+        if self.tls.as_ref().is_some_and(|t| t.server_name.is_some()) {
+            return Err(
+                "tls.server_name is an edge setting (the remote's name is in its certificate)"
+                    .into(),
+            );
         }
-        if self.mode() == Mode::Development && !self.listen.ip().is_loopback() {
-            return Err(format!(
-                "listen {}: development mode binds loopback only (set mode = \"production\")",
-                self.listen
-            ));
-        }
-        if self.carrier == CarrierName::Quic {
-            if self.tls.is_none() {
-                return Err(
-                    "carrier = \"quic\" needs a [tls] section (cert, key, ca): QUIC \
-                            always runs mutual TLS — `remote-proxy gen-keys --out DIR` makes the \
-                            files"
-                        .into(),
-                );
-            }
-            self.quic.validate("quic", &self.link)?;
-        }
-        match (&self.tls, self.requires_tls()) {
-            (Some(t), _) => {
-                t.validate("tls")?;
-                if t.server_name.is_some() {
-                    return Err(
-                        "tls.server_name is an edge setting (the remote's name is in its certificate)"
-                            .into(),
-                    );
-                }
-            }
-            (None, Some(why)) => {
-                return Err(format!(
-                    "{why}: pool connections leave this host, so they must run mutual TLS; \
-                     add a [tls] section (cert, key, ca) — `remote-proxy gen-keys --out DIR` \
-                     makes the files — or listen on loopback only (development)"
-                ))
-            }
-            (None, None) => {}
-        }
-        for (key, v) in [
+        check_ms(&[
             ("origin_connect_timeout_ms", self.origin_connect_timeout_ms),
             ("origin_timeout_ms", self.origin_timeout_ms),
             ("origin_idle_timeout_ms", self.origin_idle_timeout_ms),
             ("drain_grace_ms", self.drain_grace_ms),
-        ] {
-            if v == 0 || v > 86_400_000 {
-                return Err(format!("{key} {v} must be in 1..=86400000"));
-            }
-        }
+        ])?;
         if self.origin_max_idle_per_host > 10_000 {
             return Err(format!(
                 "origin_max_idle_per_host {} must be at most 10000",
@@ -197,9 +174,7 @@ impl RemoteConfig {
             ("max_handshakes", self.max_handshakes),
             ("max_handshakes_per_source", self.max_handshakes_per_source),
         ] {
-            if !(1..=1_000_000).contains(&v) {
-                return Err(format!("{key} {v} must be in 1..=1000000"));
-            }
+            check_range(key, v, 1..=1_000_000)?;
         }
         if self.max_handshakes_per_source > self.max_handshakes {
             return Err(format!(
@@ -207,12 +182,7 @@ impl RemoteConfig {
                 self.max_handshakes_per_source, self.max_handshakes
             ));
         }
-        if !(1024..=1024 * 1024).contains(&self.max_header_bytes) {
-            return Err(format!(
-                "max_header_bytes {} must be in 1024..=1048576",
-                self.max_header_bytes
-            ));
-        }
+        check_max_header_bytes(self.max_header_bytes)?;
         for (name, ips) in &self.hosts {
             if ips.is_empty() {
                 return Err(format!("hosts.{name:?} lists no address"));
