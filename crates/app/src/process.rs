@@ -1,5 +1,5 @@
-//! The process around either proxy, written once for both binaries: the command-line flags
-//! both share, loading the configuration (file or embedded defaults, then flags, then
+//! The process around either proxy, written once for both binaries: the command line (the
+//! flags both share, `gen-keys`, `--help`), loading the configuration (file or embedded defaults, then flags, then
 //! validation), `--check-config`, logging and runtime start-up, the SIGHUP reload loop and the
 //! SIGTERM/SIGINT shutdown signal.
 //!
@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -33,10 +33,12 @@ pub trait ProcessConfig: Clone + Default + DeserializeOwned + Serialize + Send +
     fn log_level(&self) -> &str;
     /// Sets the log level filter (a reload applied it).
     fn set_log_level(&mut self, level: &str);
+    /// The listen address (`--listen` sets it).
+    fn listen_mut(&mut self) -> &mut SocketAddr;
 }
 
 /// Implements [`ProcessConfig`] for a configuration type that has a `mode()` method and
-/// `log_format` and `log_level` fields, given the field path of its pool TLS section:
+/// `listen`, `log_format` and `log_level` fields, given the field path of its pool TLS section:
 /// `app::process_config!(EdgeConfig, tls: pool.tls);`.
 #[macro_export]
 macro_rules! process_config {
@@ -56,6 +58,9 @@ macro_rules! process_config {
             }
             fn set_log_level(&mut self, level: &str) {
                 self.log_level = level.into();
+            }
+            fn listen_mut(&mut self) -> &mut std::net::SocketAddr {
+                &mut self.listen
             }
         }
     };
@@ -79,15 +84,101 @@ impl KeyFiles for pool::tls::TlsServer {
     }
 }
 
-/// The configuration file and `--check-config` (first in `--help`).
+/// The configuration file, `--check-config` and the listen address (first in `--help`; the
+/// help of `--listen` is each binary's, see [`Help`]).
 #[derive(Debug, Clone, clap::Args)]
-pub struct FileFlags {
+pub struct StartFlags {
     /// TOML configuration file; the flags below override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Validate the configuration and exit (0 = valid, 1 = invalid).
     #[arg(long)]
     pub check_config: bool,
+    /// Listen address.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+}
+
+impl StartFlags {
+    /// The configuration file (or the embedded defaults) with `--listen` applied.
+    pub fn read<C: ProcessConfig>(&self) -> anyhow::Result<C> {
+        let mut cfg: C = match &self.config {
+            Some(p) => load_toml(p)?,
+            None => C::default(),
+        };
+        if let Some(v) = self.listen {
+            *cfg.listen_mut() = v;
+        }
+        Ok(cfg)
+    }
+}
+
+/// A binary's flags: the shared ones flattened in with its own, and how they load its
+/// configuration.
+pub trait Flags: clap::Args + Send + Sync + 'static {
+    /// The binary's configuration.
+    type Config: ProcessConfig;
+    /// The configuration file, `--check-config` and `--listen`.
+    fn start(&self) -> &StartFlags;
+    /// The configuration in force: the file (or the embedded defaults) with the flags applied,
+    /// validated, with the key files loaded (so `--check-config` reports them).
+    fn load(&self) -> anyhow::Result<Self::Config>;
+}
+
+/// The texts of a binary's `--help` that are its own.
+#[derive(Debug, Clone, Copy)]
+pub struct Help {
+    /// What the binary is (the first line of `--help`).
+    pub about: &'static str,
+    /// Help of `--listen`.
+    pub listen: &'static str,
+    /// Help of `--tls-dir` (which files it names).
+    pub tls_dir: &'static str,
+}
+
+/// The command line of both binaries: `gen-keys`, or the flags.
+#[derive(Debug, clap::Parser)]
+#[command(version, args_conflicts_with_subcommands = true)]
+struct Cli<F: clap::Args> {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    flags: F,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Cmd {
+    /// Make a deployment CA and edge/remote certificates for the pool's mutual TLS.
+    GenKeys(crate::keys::GenKeysArgs),
+}
+
+/// The whole binary `prog` with flags `F`: parses the command line (`--help` with `help`'s
+/// texts; `gen-keys` runs here), then [`main`] with `F::load` and `run`.
+pub fn cli<F, Fut>(
+    prog: &'static str,
+    help: Help,
+    run: impl FnOnce(F::Config, Reload<F::Config>) -> Fut,
+) -> ExitCode
+where
+    F: Flags,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let cmd = Cli::<F>::command()
+        .name(prog)
+        .about(help.about)
+        .mut_arg("listen", |a| a.help(help.listen))
+        .mut_arg("tls_dir", |a| a.help(help.tls_dir));
+    let cli = match Cli::<F>::from_arg_matches(&cmd.get_matches()) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    if let Some(Cmd::GenKeys(g)) = &cli.cmd {
+        return crate::keys::run(prog, g);
+    }
+    let flags = cli.flags;
+    let check = flags.start().check_config;
+    main(prog, check, move || flags.load(), run)
 }
 
 /// The pool connections' congestion control and carrier.
@@ -171,14 +262,6 @@ impl CommonFlags {
             metrics.listen = Some(v);
         }
         Ok(())
-    }
-}
-
-/// The configuration in `path`, or the embedded defaults without one.
-pub fn read<C: ProcessConfig>(path: Option<&Path>) -> anyhow::Result<C> {
-    match path {
-        Some(p) => load_toml(p),
-        None => Ok(C::default()),
     }
 }
 

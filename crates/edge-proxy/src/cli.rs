@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 
 use app::config::{PolicyName, TlsSection};
-use app::process::{CarrierFlags, CommonFlags, FileFlags};
+use app::process::{CarrierFlags, CommonFlags, Help, StartFlags};
 use ipnet::IpNet;
 
 use crate::client::ConnectReply;
@@ -23,12 +23,9 @@ use crate::pool_transport::{pool_config, tls_client};
 /// The edge's flags, in `--help` order.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Flags {
-    /// The configuration file and `--check-config` (the binary reads `check_config`).
+    // The configuration file, `--check-config` and `--listen`.
     #[command(flatten)]
-    pub file: FileFlags,
-    /// Explicit proxy listen address.
-    #[arg(long)]
-    listen: Option<SocketAddr>,
+    start: StartFlags,
     /// Remote proxy host:port; repeat for several remotes (replaces pool.remote/pool.remotes).
     #[arg(long)]
     remote: Vec<String>,
@@ -58,10 +55,14 @@ pub struct Flags {
     common: CommonFlags,
 }
 
-/// Help text of `--tls-dir` on the edge.
-pub const TLS_DIR_HELP: &str =
-    "Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/edge.pem, \
-     DIR/edge.key, DIR/ca.pem); replaces the [pool.tls] file paths";
+/// The edge's own texts in `--help`.
+pub const HELP: Help = Help {
+    about: "Near-side longhaul proxy: HTTP/1.1 forward proxy, CONNECT and transparent \
+            interception, carried over a pool of warm connections to a remote proxy",
+    listen: "Explicit proxy listen address",
+    tls_dir: "Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/edge.pem, \
+              DIR/edge.key, DIR/ca.pem); replaces the [pool.tls] file paths",
+};
 
 /// A `--connect-ports` value (empty = any port).
 #[derive(Debug, Clone)]
@@ -87,14 +88,15 @@ enum ConnectReplyArg {
     AfterConnect,
 }
 
-impl Flags {
-    /// The configuration in force: the file (or the embedded defaults) with the flags applied,
-    /// validated, with the key files loaded.
-    pub fn load(&self) -> anyhow::Result<EdgeConfig> {
-        let mut cfg: EdgeConfig = app::process::read(self.file.config.as_deref())?;
-        if let Some(v) = self.listen {
-            cfg.listen = v;
-        }
+impl app::process::Flags for Flags {
+    type Config = EdgeConfig;
+
+    fn start(&self) -> &StartFlags {
+        &self.start
+    }
+
+    fn load(&self) -> anyhow::Result<EdgeConfig> {
+        let mut cfg: EdgeConfig = self.start.read()?;
         match self.remote.as_slice() {
             [] => {}
             [one] => {

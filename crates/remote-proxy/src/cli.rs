@@ -8,10 +8,8 @@
 //! What it does NOT do: parse `argv` or run anything (the binary does), or define the keys'
 //! defaults ([`crate::config`] does).
 
-use std::net::SocketAddr;
-
 use app::config::{PolicyName, TlsSection};
-use app::process::{CarrierFlags, CommonFlags, FileFlags};
+use app::process::{CarrierFlags, CommonFlags, Help, StartFlags};
 
 use crate::config::RemoteConfig;
 use crate::pool_glue::server_config;
@@ -20,12 +18,9 @@ use crate::service::tls_server;
 /// The remote's flags, in `--help` order.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Flags {
-    /// The configuration file and `--check-config` (the binary reads `check_config`).
+    // The configuration file, `--check-config` and `--listen`.
     #[command(flatten)]
-    pub file: FileFlags,
-    /// Pool listen address.
-    #[arg(long)]
-    listen: Option<SocketAddr>,
+    start: StartFlags,
     /// Let the remote fetch from loopback/private origins.
     #[arg(long)]
     allow_private_targets: bool,
@@ -40,18 +35,24 @@ pub struct Flags {
     common: CommonFlags,
 }
 
-/// Help text of `--tls-dir` on the remote.
-pub const TLS_DIR_HELP: &str = "Mutual TLS with the files `gen-keys --out DIR` wrote \
-     (DIR/remote.pem, DIR/remote.key, DIR/ca.pem); replaces the [tls] file paths";
+/// The remote's own texts in `--help`.
+pub const HELP: Help = Help {
+    about: "Far-side longhaul proxy: accepts pool connections from edges, resolves names, \
+            fetches from origins and streams replies back",
+    listen: "Pool listen address",
+    tls_dir: "Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/remote.pem, \
+              DIR/remote.key, DIR/ca.pem); replaces the [tls] file paths",
+};
 
-impl Flags {
-    /// The configuration in force: the file (or the embedded defaults) with the flags applied,
-    /// validated, with the key files loaded.
-    pub fn load(&self) -> anyhow::Result<RemoteConfig> {
-        let mut cfg: RemoteConfig = app::process::read(self.file.config.as_deref())?;
-        if let Some(v) = self.listen {
-            cfg.listen = v;
-        }
+impl app::process::Flags for Flags {
+    type Config = RemoteConfig;
+
+    fn start(&self) -> &StartFlags {
+        &self.start
+    }
+
+    fn load(&self) -> anyhow::Result<RemoteConfig> {
+        let mut cfg: RemoteConfig = self.start.read()?;
         if self.allow_private_targets {
             cfg.allow_private_targets = Some(true);
         }
