@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -35,11 +35,28 @@ pub trait ProcessConfig: Clone + Default + DeserializeOwned + Serialize + Send +
     fn set_log_level(&mut self, level: &str);
     /// The listen address (`--listen` sets it).
     fn listen_mut(&mut self) -> &mut SocketAddr;
+    /// The sections the shared flags set.
+    fn common_mut(&mut self) -> Common<'_>;
+    /// Checks ranges and cross-field rules; the error says which key is wrong and why.
+    fn validate(&self) -> Result<(), String>;
 }
 
-/// Implements [`ProcessConfig`] for a configuration type that has a `mode()` method and
-/// `listen`, `log_format` and `log_level` fields, given the field path of its pool TLS section:
-/// `app::process_config!(EdgeConfig, tls: pool.tls);`.
+/// The parts of a configuration the flags both binaries share set.
+#[derive(Debug)]
+pub struct Common<'a> {
+    /// `[link]`.
+    pub link: &'a mut LinkConfig,
+    /// `log_format`.
+    pub log_format: &'a mut LogFormat,
+    /// `log_level`.
+    pub log_level: &'a mut String,
+    /// `[metrics]`.
+    pub metrics: &'a mut MetricsConfig,
+}
+
+/// Implements [`ProcessConfig`] for a configuration type with `mode()` and `validate()`
+/// methods and `listen`, `link`, `log_format`, `log_level` and `metrics` fields, given the
+/// field path of its pool TLS section: `app::process_config!(EdgeConfig, tls: pool.tls);`.
 #[macro_export]
 macro_rules! process_config {
     ($t:ty, tls: $($tls:ident).+) => {
@@ -61,6 +78,17 @@ macro_rules! process_config {
             }
             fn listen_mut(&mut self) -> &mut std::net::SocketAddr {
                 &mut self.listen
+            }
+            fn common_mut(&mut self) -> $crate::process::Common<'_> {
+                $crate::process::Common {
+                    link: &mut self.link,
+                    log_format: &mut self.log_format,
+                    log_level: &mut self.log_level,
+                    metrics: &mut self.metrics,
+                }
+            }
+            fn validate(&self) -> Result<(), String> {
+                <$t>::validate(self)
             }
         }
     };
@@ -113,16 +141,18 @@ impl StartFlags {
     }
 }
 
-/// A binary's flags: the shared ones flattened in with its own, and how they load its
-/// configuration.
+/// A binary's own flags (between the shared ones in `--help`) and the rules of its
+/// configuration that are its own.
 pub trait Flags: clap::Args + Send + Sync + 'static {
     /// The binary's configuration.
     type Config: ProcessConfig;
-    /// The configuration file, `--check-config` and `--listen`.
-    fn start(&self) -> &StartFlags;
-    /// The configuration in force: the file (or the embedded defaults) with the flags applied,
-    /// validated, with the key files loaded (so `--check-config` reports them).
-    fn load(&self) -> anyhow::Result<Self::Config>;
+    /// Applies the binary's own flags.
+    fn apply(&self, cfg: &mut Self::Config);
+    /// Uses the key files `gen-keys --out dir` wrote (`--tls-dir`).
+    fn use_tls_dir(cfg: &mut Self::Config, dir: &Path);
+    /// Checks what `validate` does not: settings derived for the pool, and the key files,
+    /// loaded now so that `--check-config` reports them.
+    fn check(cfg: &Self::Config) -> anyhow::Result<()>;
 }
 
 /// The texts of a binary's `--help` that are its own.
@@ -143,7 +173,28 @@ struct Cli<F: clap::Args> {
     #[command(subcommand)]
     cmd: Option<Cmd>,
     #[command(flatten)]
+    start: StartFlags,
+    #[command(flatten)]
     flags: F,
+    #[command(flatten)]
+    common: CommonFlags,
+}
+
+impl<F: Flags> Cli<F> {
+    /// The configuration in force: the file (or the embedded defaults), the flags in `--help`
+    /// order, validation, the binary's own checks.
+    fn load(&self) -> anyhow::Result<F::Config> {
+        let mut cfg: F::Config = self.start.read()?;
+        self.flags.apply(&mut cfg);
+        self.common.apply(&mut cfg)?;
+        if let Some(d) = &self.common.tls_dir {
+            F::use_tls_dir(&mut cfg, d);
+        }
+        cfg.validate()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        F::check(&cfg)?;
+        Ok(cfg)
+    }
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -176,9 +227,8 @@ where
     if let Some(Cmd::GenKeys(g)) = &cli.cmd {
         return crate::keys::run(prog, g);
     }
-    let flags = cli.flags;
-    let check = flags.start().check_config;
-    main(prog, check, move || flags.load(), run)
+    let check = cli.start.check_config;
+    main(prog, check, move || cli.load(), run)
 }
 
 /// The pool connections' congestion control and carrier.
@@ -232,15 +282,15 @@ pub struct CommonFlags {
 }
 
 impl CommonFlags {
-    /// Overrides the configured values (`--tls-dir` is left to the caller: the sections
-    /// differ) and checks the resulting log level.
-    pub fn apply(
-        &self,
-        link: &mut LinkConfig,
-        log_format: &mut LogFormat,
-        log_level: &mut String,
-        metrics: &mut MetricsConfig,
-    ) -> anyhow::Result<()> {
+    /// Overrides the configured values (`--tls-dir` is left to [`Flags::use_tls_dir`]: the
+    /// sections differ) and checks the resulting log level.
+    fn apply<C: ProcessConfig>(&self, cfg: &mut C) -> anyhow::Result<()> {
+        let Common {
+            link,
+            log_format,
+            log_level,
+            metrics,
+        } = cfg.common_mut();
         if let Some(v) = self.link_rtt_ms {
             link.rtt_ms = v;
         }

@@ -1,17 +1,18 @@
 //! The edge's command-line flags and how they override the configuration file.
 //!
-//! What it does: declares the edge's own flags between the ones both binaries share
-//! ([`app::process`]), and [`Flags::load`] reads the file (or the embedded defaults), applies
-//! the flags, validates the result and loads the key files, so `--check-config` reports
-//! everything a start would.
+//! What it does: declares the edge's own flags, which `app::process::cli` places between the
+//! ones both binaries share, applies them to the configuration, and adds the edge's checks
+//! (the derived pool configuration, the key files) to its validation, so `--check-config`
+//! reports everything a start would.
 //!
-//! What it does NOT do: parse `argv` or run anything (the binary does), or define the keys'
+//! What it does NOT do: parse `argv` (`app::process::cli` does) or run anything, or define the keys'
 //! defaults ([`crate::config`] does).
 
 use std::net::SocketAddr;
+use std::path::Path;
 
 use app::config::{PolicyName, TlsSection};
-use app::process::{CarrierFlags, CommonFlags, Help, StartFlags};
+use app::process::{CarrierFlags, Help};
 use ipnet::IpNet;
 
 use crate::client::ConnectReply;
@@ -20,12 +21,10 @@ use crate::config::{
 };
 use crate::pool_transport::{pool_config, tls_client};
 
-/// The edge's flags, in `--help` order.
+/// The edge's own flags, in `--help` order (after `--config`, `--check-config` and
+/// `--listen`, before the link, logging, TLS and metrics flags both binaries have).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Flags {
-    // The configuration file, `--check-config` and `--listen`.
-    #[command(flatten)]
-    start: StartFlags,
     /// Remote proxy host:port; repeat for several remotes (replaces pool.remote/pool.remotes).
     #[arg(long)]
     remote: Vec<String>,
@@ -50,9 +49,6 @@ pub struct Flags {
     /// Client network allowed to use the proxy (repeatable; replaces the configured list).
     #[arg(long = "allow-client")]
     allow_client: Vec<IpNet>,
-    // Link, logging, TLS files and metrics.
-    #[command(flatten)]
-    common: CommonFlags,
 }
 
 /// The edge's own texts in `--help`.
@@ -91,12 +87,7 @@ enum ConnectReplyArg {
 impl app::process::Flags for Flags {
     type Config = EdgeConfig;
 
-    fn start(&self) -> &StartFlags {
-        &self.start
-    }
-
-    fn load(&self) -> anyhow::Result<EdgeConfig> {
-        let mut cfg: EdgeConfig = self.start.read()?;
+    fn apply(&self, cfg: &mut EdgeConfig) {
         match self.remote.as_slice() {
             [] => {}
             [one] => {
@@ -140,26 +131,22 @@ impl app::process::Flags for Flags {
         if !self.allow_client.is_empty() {
             cfg.allowed_clients = self.allow_client.clone();
         }
-        self.common.apply(
-            &mut cfg.link,
-            &mut cfg.log_format,
-            &mut cfg.log_level,
-            &mut cfg.metrics,
-        )?;
-        if let Some(d) = &self.common.tls_dir {
-            let name = cfg.pool.tls.as_ref().and_then(|t| t.server_name.clone());
-            cfg.pool.tls = Some(TlsSection {
-                server_name: name,
-                ..TlsSection::from_dir(d, "edge")
-            });
-        }
-        cfg.validate()
-            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-        pool_config(&cfg)
+    }
+
+    fn use_tls_dir(cfg: &mut EdgeConfig, dir: &Path) {
+        // A configured server name stays: the files do not say which name the remote has.
+        let name = cfg.pool.tls.as_ref().and_then(|t| t.server_name.clone());
+        cfg.pool.tls = Some(TlsSection {
+            server_name: name,
+            ..TlsSection::from_dir(dir, "edge")
+        });
+    }
+
+    fn check(cfg: &EdgeConfig) -> anyhow::Result<()> {
+        pool_config(cfg)
             .validate()
             .map_err(|e| anyhow::anyhow!("invalid pool configuration: {e}"))?;
-        // Load the key files now so that --check-config reports them.
-        tls_client(&cfg).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-        Ok(cfg)
+        tls_client(cfg).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        Ok(())
     }
 }

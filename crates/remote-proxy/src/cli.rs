@@ -1,26 +1,27 @@
 //! The remote's command-line flags and how they override the configuration file.
 //!
-//! What it does: declares the remote's own flags between the ones both binaries share
-//! ([`app::process`]), and [`Flags::load`] reads the file (or the embedded defaults), applies
-//! the flags, validates the result and loads the key files, so `--check-config` reports
+//! What it does: declares the remote's own flags, which `app::process::cli` places between the
+//! ones both binaries share, applies them to the configuration, and adds the remote's checks
+//! (the key files, the protocol limits) to its validation, so `--check-config` reports
 //! everything a start would.
 //!
-//! What it does NOT do: parse `argv` or run anything (the binary does), or define the keys'
+//! What it does NOT do: parse `argv` (`app::process::cli` does) or run anything, or define the keys'
 //! defaults ([`crate::config`] does).
 
+use std::path::Path;
+
 use app::config::{PolicyName, TlsSection};
-use app::process::{CarrierFlags, CommonFlags, Help, StartFlags};
+
+use app::process::{CarrierFlags, Help};
 
 use crate::config::RemoteConfig;
 use crate::pool_glue::server_config;
 use crate::service::tls_server;
 
-/// The remote's flags, in `--help` order.
+/// The remote's own flags, in `--help` order (after `--config`, `--check-config` and
+/// `--listen`, before the link, logging, TLS and metrics flags both binaries have).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Flags {
-    // The configuration file, `--check-config` and `--listen`.
-    #[command(flatten)]
-    start: StartFlags,
     /// Let the remote fetch from loopback/private origins.
     #[arg(long)]
     allow_private_targets: bool,
@@ -30,9 +31,6 @@ pub struct Flags {
     /// How replies are placed on the pool connections (replaces `reply_policy`).
     #[arg(long, value_enum)]
     reply_policy: Option<PolicyName>,
-    // Link, logging, TLS files and metrics.
-    #[command(flatten)]
-    common: CommonFlags,
 }
 
 /// The remote's own texts in `--help`.
@@ -47,12 +45,7 @@ pub const HELP: Help = Help {
 impl app::process::Flags for Flags {
     type Config = RemoteConfig;
 
-    fn start(&self) -> &StartFlags {
-        &self.start
-    }
-
-    fn load(&self) -> anyhow::Result<RemoteConfig> {
-        let mut cfg: RemoteConfig = self.start.read()?;
+    fn apply(&self, cfg: &mut RemoteConfig) {
         if self.allow_private_targets {
             cfg.allow_private_targets = Some(true);
         }
@@ -60,23 +53,18 @@ impl app::process::Flags for Flags {
         if let Some(v) = self.reply_policy {
             cfg.reply_policy = v;
         }
-        self.common.apply(
-            &mut cfg.link,
-            &mut cfg.log_format,
-            &mut cfg.log_level,
-            &mut cfg.metrics,
-        )?;
-        if let Some(d) = &self.common.tls_dir {
-            cfg.tls = Some(TlsSection::from_dir(d, "remote"));
-        }
-        cfg.validate()
-            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-        // Load the key files now so that --check-config reports them.
-        tls_server(&cfg)?;
-        server_config(&cfg)
+    }
+
+    fn use_tls_dir(cfg: &mut RemoteConfig, dir: &Path) {
+        cfg.tls = Some(TlsSection::from_dir(dir, "remote"));
+    }
+
+    fn check(cfg: &RemoteConfig) -> anyhow::Result<()> {
+        tls_server(cfg)?;
+        server_config(cfg)
             .mux
             .validate()
             .map_err(|e| anyhow::anyhow!("invalid protocol limits: {e}"))?;
-        Ok(cfg)
+        Ok(())
     }
 }

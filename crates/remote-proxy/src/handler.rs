@@ -129,7 +129,9 @@ async fn tunnel<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
         }
     };
     let (up, down, err) = pump(stream, origin, BytesMut::new()).await;
-    log_tunnel(id, "TUNNEL", target, 0, up, down, started, err);
+    Access::new(Peer::Stream(id), "TUNNEL", target, started)
+        .tunnel_ended(up, down, err)
+        .log();
 }
 
 async fn connect_target(ctx: &Ctx, target: &str) -> Result<TcpStream, RemoteError> {
@@ -182,25 +184,6 @@ async fn pump<S: FarStream>(
             (0, 0, Some(e.to_string()))
         }
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn log_tunnel(
-    id: u64,
-    method: &str,
-    target: &str,
-    status: u16,
-    up: u64,
-    down: u64,
-    started: Instant,
-    err: Option<String>,
-) {
-    Access {
-        status,
-        ..Access::new(Peer::Stream(id), method, target, started)
-    }
-    .tunnel_ended(up, down, err)
-    .log();
 }
 
 fn log_error(id: u64, method: &str, target: &str, status: u16, started: Instant, e: &RemoteError) {
@@ -575,5 +558,10 @@ async fn connect_with_status<S: FarStream>(
         return;
     }
     let (up, down, err) = pump(stream, origin, early).await;
-    log_tunnel(id, "CONNECT", target, 200, up, down, started, err);
+    let record = Access::new(Peer::Stream(id), "CONNECT", target, started);
+    Access {
+        status: 200,
+        ..record.tunnel_ended(up, down, err)
+    }
+    .log();
 }
