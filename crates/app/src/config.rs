@@ -208,7 +208,7 @@ impl TlsSection {
         }
     }
 
-    /// Checks the section's shape (the files themselves are loaded by the binary).
+    /// Checks the section's shape (the files themselves are loaded when the pool starts and by `--check-config`).
     pub fn validate(&self, key: &str) -> Result<(), String> {
         if self.ca.is_empty() {
             return Err(format!(

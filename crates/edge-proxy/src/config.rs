@@ -1,9 +1,9 @@
-//! Typed, validated configuration of the edge (TOML), plus pieces both binaries share
-//! (mode, log format, link description, logging set-up).
+//! Typed, validated configuration of the edge (TOML). The sections and checks both binaries
+//! share (mode, log format, link, QUIC, TLS files, range checks) are in `app::config`.
 //!
 //! Every key has a `DEFAULT_*` constant; unknown keys are rejected; [`EdgeConfig::validate`]
 //! checks ranges and the development-mode rule (loopback only). Command-line flags override the
-//! file (see the binary). It does NOT open sockets.
+//! file ([`crate::cli`]). It does NOT open sockets.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -4,14 +4,15 @@
 //! What it does: accepts clients (explicit proxy and iptables-intercepted connections), turns
 //! each plain-HTTP request into one `Http` stream and each CONNECT or intercepted non-HTTP
 //! connection into one `Tunnel` stream, relays replies in order, and maps every failure to a
-//! clear synthetic response ([`errors`]). The stream transport is a trait ([`transport`]); the
-//! binary plugs in the pool.
+//! clear synthetic response ([`errors`]). The stream transport is a trait ([`transport`]);
+//! [`service`] plugs in the pool and runs the whole edge, [`cli`] holds its own flags.
 //!
 //! What it does NOT do: resolve names or talk to origins (the remote proxy does), cache, look
 //! inside HTTPS, or speak HTTP/2 to clients.
 //!
-//! What it shares with the remote proxy lives below both: HTTP/1 in the `http1` crate,
-//! configuration sections, logging, metrics and the process loop in the `app` crate.
+//! It does not depend on the remote proxy's crate: what the two share lives below both, HTTP/1
+//! in the `http1` crate, configuration sections, logging, metrics, the access log and the
+//! process loop in the `app` crate. The `edge-proxy` binary is in `crates/longhaul`.
 #![forbid(unsafe_code)]
 
 pub mod cli;

@@ -11,7 +11,7 @@
 //! [`DEFAULT_MAX_REFUSALS`] such answers are in flight at once; beyond that a connection is
 //! closed without one. Refusals are logged at most once a second, with counts.
 //!
-//! It does NOT parse HTTP ([`crate::client`]) or own the pool (the binary does).
+//! It does NOT parse HTTP ([`crate::client`]) or own the pool ([`crate::service`] does).
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -11,7 +11,7 @@
 //! - `Tunnel` stream: connect to the target and copy bytes both ways; a target that cannot be
 //!   reached resets the stream with a reason code.
 //!
-//! It does NOT accept pool connections (see the binary) or parse anything inside tunnels.
+//! It does NOT accept pool connections ([`crate::pool_glue`] does) or parse anything inside tunnels.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -5,9 +5,14 @@
 //! with hyper's client over pooled keep-alive origin connections (names resolved here, near the
 //! content; loopback/private destinations refused in production, checked on the resolved
 //! address), tunnels get a TCP connection; replies stream back as they arrive. Failures map to
-//! synthetic responses or stream resets in one place ([`errors`]).
+//! synthetic responses or stream resets in one place ([`errors`]). [`service`] runs the whole
+//! remote (pool listener, metrics, reload, drain), [`cli`] holds its own flags.
 //!
 //! What it does NOT do: cache, rewrite content, or open streams towards the edge.
+//!
+//! It does not depend on the edge proxy's crate: what the two share lives below both, HTTP/1
+//! in the `http1` crate, configuration sections, logging, metrics, the access log and the
+//! process loop in the `app` crate. The `remote-proxy` binary is in `crates/longhaul`.
 #![forbid(unsafe_code)]
 
 pub mod cli;
