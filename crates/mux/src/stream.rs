@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::ErrorCode;
 use crate::frame::Kind;
+use crate::session::credit::Credit;
 use crate::session::ConnId;
 
 /// Capacity of a receive chunk that collects small payloads (see [`Stream::push_recv`]).
@@ -26,26 +27,25 @@ pub(crate) struct Stream {
     /// never changed.
     pub recv_conn: Option<ConnId>,
     /// Bytes written by the application, not yet framed. Invariant:
-    /// `send_buf_len <= send_credit` (the application may only write within credit).
+    /// `send_buf_len <= send.available()` (the application may only write within credit).
     pub send_buf: VecDeque<Bytes>,
     /// Sum of `send_buf` lengths.
     pub send_buf_len: u64,
-    /// Credit the peer granted that we have not used yet, bytes.
-    pub send_credit: u64,
+    /// Credit the peer granted that we have not used yet.
+    pub send: Credit,
     /// The application finished our direction; FIN goes after `send_buf`.
     pub fin_queued: bool,
     /// Our FIN has been framed.
     pub fin_sent: bool,
     /// Bytes received, not yet read by the application. Invariant:
-    /// `recv_buf_len + recv_left + recv_unacked == window` while the peer's direction is open.
+    /// `recv_buf_len + recv.available() + unreturned == recv.window()` while the peer's
+    /// direction is open.
     /// Small payloads are appended to the last chunk (see [`Stream::push_recv`]).
     pub recv_buf: VecDeque<BytesMut>,
     /// Sum of `recv_buf` lengths.
     pub recv_buf_len: u64,
-    /// Credit the peer still holds for its direction, bytes.
-    pub recv_left: u64,
-    /// Bytes read by the application whose credit has not been returned yet.
-    pub recv_unacked: u64,
+    /// Credit we granted the peer for its direction.
+    pub recv: Credit,
     /// The peer's FIN arrived (it is delivered after `recv_buf`).
     pub fin_received: bool,
     /// Bytes of the peer's direction received so far.
@@ -77,13 +77,12 @@ impl Stream {
             recv_conn: None,
             send_buf: VecDeque::new(),
             send_buf_len: 0,
-            send_credit,
+            send: Credit::new(send_credit),
             fin_queued: false,
             fin_sent: false,
             recv_buf: VecDeque::new(),
             recv_buf_len: 0,
-            recv_left: window,
-            recv_unacked: 0,
+            recv: Credit::new(window),
             fin_received: false,
             bytes_received: 0,
             bytes_sent: 0,
@@ -101,7 +100,7 @@ impl Stream {
         if self.reset.is_some() {
             0
         } else {
-            self.send_buf_len.min(self.send_credit)
+            self.send_buf_len.min(self.send.available())
         }
     }
 
@@ -118,7 +117,7 @@ impl Stream {
         if self.reset.is_some() || self.fin_queued {
             0
         } else {
-            self.send_credit.saturating_sub(self.send_buf_len)
+            self.send.available().saturating_sub(self.send_buf_len)
         }
     }
 

@@ -37,6 +37,7 @@ use crate::error::{ConnError, ErrorCode};
 use crate::frame::{header_len, Frame, GoAway, Hello, Kind, Role, VERSION};
 use crate::policy::{Load, Policy};
 use crate::stream::Stream;
+use credit::Credit;
 
 pub(crate) mod credit;
 mod events;
@@ -107,12 +108,10 @@ struct Conn {
     /// Connection credit (PROTOCOL.md §4.1) is in force on this lane: the peer's HELLO
     /// granted some. Without it (a peer of an older release) neither side counts it.
     conn_credit: bool,
-    /// Connection credit the peer granted that we have not used yet, bytes.
-    send_credit: u64,
-    /// Connection credit the peer still holds for its frames towards us, bytes.
-    recv_left: u64,
-    /// Bytes that arrived here and were read or discarded, whose credit is not returned yet.
-    recv_unacked: u64,
+    /// Connection credit the peer granted us (0 until its HELLO).
+    send: Credit,
+    /// Connection credit we granted the peer for its frames towards us.
+    recv: Credit,
 }
 
 impl Conn {
@@ -228,9 +227,8 @@ impl Session {
                 announced: false,
                 peer_draining: false,
                 conn_credit: false,
-                send_credit: 0,
-                recv_left: 0,
-                recv_unacked: 0,
+                send: Credit::new(0),
+                recv: Credit::new(0),
             },
         );
         self.announce(id);
@@ -326,7 +324,7 @@ impl Session {
             !c.ctrl.is_empty()
                 || (c.state != ConnState::Closing
                     && !c.sendq.is_empty()
-                    && (!c.conn_credit || c.send_credit > 0))
+                    && (!c.conn_credit || c.send.available() > 0))
         })
     }
 
@@ -442,9 +440,8 @@ impl Session {
                 kernel: c.kernel,
                 streams: c.streams,
                 rtt: c.rtt,
-                credit_held: (c.conn_credit)
-                    .then(|| u64::from(self.cfg.conn_window).saturating_sub(c.recv_left)),
-                send_credit: c.conn_credit.then_some(c.send_credit),
+                credit_held: c.conn_credit.then(|| c.recv.held()),
+                send_credit: c.conn_credit.then(|| c.send.available()),
             })
             .collect()
     }
@@ -591,17 +588,7 @@ impl Session {
         }
         let n = s.take_recv(buf);
         let lane = s.recv_conn;
-        s.recv_unacked += n as u64;
-        // Return credit once a quarter of the window was consumed (§4.2), so
-        // the peer never waits a round trip with an empty window.
-        let threshold = u64::from(self.cfg.stream_window / 4).max(1);
-        if s.recv_unacked >= threshold && !s.fin_received && s.reset.is_none() {
-            let inc = s.recv_unacked;
-            s.recv_unacked = 0;
-            s.recv_left += inc;
-            let prefer = s.recv_conn;
-            self.queue_window(id, inc, prefer);
-        }
+        self.stream_consumed(id, n as u64);
         self.conn_consumed(lane, n as u64);
         Ok(Read::Data(n))
     }

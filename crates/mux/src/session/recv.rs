@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::credit::Credit;
 use super::{ConnId, ConnState, Event, Session};
 use crate::error::{ConnError, ErrorCode};
 use crate::frame::{Frame, GoAway, Hello, Open, Reset, Role, Window, MAX_PAYLOAD_LEN, VERSION};
@@ -75,8 +76,8 @@ impl Session {
             c.peer_max_frame = (h.max_frame_size as usize).min(MAX_PAYLOAD_LEN);
             c.next_ping = now;
             c.conn_credit = h.conn_window.is_some();
-            c.send_credit = h.conn_window.map_or(0, u64::from);
-            c.recv_left = conn_window;
+            c.send = Credit::new(h.conn_window.map_or(0, u64::from));
+            c.recv = Credit::new(conn_window);
         }
         if let Some(last) = self.local_goaway {
             // A lane that came up during a drain learns about it too.
@@ -204,13 +205,12 @@ impl Session {
             return;
         };
         let n = data.len() as u64;
-        if n > s.recv_left {
+        if s.recv.receive(n).is_err() {
             let lane = s.recv_conn;
             self.reset_local(id, ErrorCode::FLOW_CONTROL_ERROR, false, true);
             self.conn_consumed(lane, n);
             return;
         }
-        s.recv_left -= n;
         s.bytes_received += n;
         // Copied out of the connection's receive buffer: a slice would pin the whole read
         // buffer it came from, so a peer sending many tiny frames to a stalled stream could
@@ -246,8 +246,7 @@ impl Session {
             if !c.conn_credit {
                 return Ok(());
             }
-            c.send_credit += u64::from(w.increment);
-            if c.send_credit > i32::MAX as u64 {
+            if c.send.grant(u64::from(w.increment)).is_err() {
                 return Err(ConnError::FlowControl(
                     "connection credit beyond 2^31 - 1 bytes",
                 ));
@@ -263,8 +262,7 @@ impl Session {
         if s.reset.is_some() {
             return Ok(());
         }
-        s.send_credit += u64::from(w.increment);
-        if s.send_credit > i32::MAX as u64 {
+        if s.send.grant(u64::from(w.increment)).is_err() {
             self.reset_local(w.stream, ErrorCode::FLOW_CONTROL_ERROR, false, true);
             return Ok(());
         }

@@ -35,7 +35,7 @@ impl Session {
             // Out of connection credit: the streams stay queued until a WINDOW for stream 0
             // arrives on this lane (PROTOCOL.md §4.1).
             let credit = if c.conn_credit {
-                c.send_credit
+                c.send.available()
             } else {
                 u64::MAX
             };
@@ -48,7 +48,7 @@ impl Session {
             let (more, used) = self.emit_one(id, max_frame, credit, out);
             if let Some(c) = self.conns.get_mut(&conn) {
                 if c.conn_credit {
-                    c.send_credit -= used;
+                    c.send.spend(used);
                 }
             }
             if let Some(s) = self.streams.get(&id) {
@@ -199,7 +199,7 @@ impl Session {
             let data = s.take_send(n);
             let fin = s.fin_queued && s.send_buf_len == 0;
             Open::encode_parts(out, id, s.kind, &target, &data, fin);
-            s.send_credit -= n as u64;
+            s.send.spend(n as u64);
             s.bytes_sent += n as u64;
             s.fin_sent = fin;
             (s.has_send_work(), n as u64)
@@ -208,7 +208,7 @@ impl Session {
             let data = s.take_send(n);
             let fin = s.fin_queued && s.send_buf_len == 0;
             Data::encode_parts(out, id, &data, fin);
-            s.send_credit -= n as u64;
+            s.send.spend(n as u64);
             s.bytes_sent += n as u64;
             s.fin_sent = fin;
             (s.has_send_work(), n as u64)
