@@ -42,8 +42,8 @@ use crate::stats::{ConnStats, LaneState};
 use crate::tls::{TlsClient, TlsServer, ALPN};
 use crate::{Incoming, MuxStream, PoolError, StreamError};
 
-/// Version byte of the QUIC HELLO and of every stream header (§8.1, §8.2).
-pub const QUIC_MAPPING_VERSION: u8 = 1;
+pub use mux::frame::QUIC_MAPPING_VERSION;
+use mux::frame::{QuicHello, StreamHeader, QUIC_HELLO_LEN};
 /// Idle timeout: a connection that hears nothing from its peer this long is
 /// closed and re-dialled (black-hole detection). Three keep-alive periods.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -602,44 +602,25 @@ impl Drop for Reserved {
     }
 }
 
-/// Stream header: version, kind, id, target (§8.2).
+/// Stream header (§8.2, [`StreamHeader`]) followed by the first bytes.
 fn encode_header(kind: Kind, id: u64, target: &str, first: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(12 + target.len() + first.len());
-    b.push(QUIC_MAPPING_VERSION);
-    b.push(match kind {
-        Kind::Http => 0,
-        Kind::Tunnel => 1,
-    });
-    b.extend_from_slice(&id.to_be_bytes());
-    b.extend_from_slice(&(target.len() as u16).to_be_bytes());
-    b.extend_from_slice(target.as_bytes());
+    let mut b = Vec::with_capacity(StreamHeader::encoded_len(target) + first.len());
+    StreamHeader::encode_parts(&mut b, kind, id, target);
     b.extend_from_slice(first);
     b
 }
 
 async fn read_header(recv: &mut quinn::RecvStream) -> Result<(Kind, u64, String), String> {
-    let mut h = [0u8; 12];
+    let mut h = [0u8; StreamHeader::FIXED_LEN];
     recv.read_exact(&mut h)
         .await
         .map_err(|e| format!("stream header: {e}"))?;
-    if h[0] != QUIC_MAPPING_VERSION {
-        return Err(format!("stream header version {} unsupported", h[0]));
-    }
-    let kind = match h[1] {
-        0 => Kind::Http,
-        1 => Kind::Tunnel,
-        k => return Err(format!("stream kind {k} unknown")),
-    };
-    let id = u64::from_be_bytes(h[2..10].try_into().unwrap_or_default());
-    let len = usize::from(u16::from_be_bytes([h[10], h[11]]));
-    if len == 0 || len > mux::frame::MAX_TARGET_LEN {
-        return Err(format!("stream target length {len} out of range"));
-    }
+    let (kind, id, len) = StreamHeader::decode_fixed(&h).map_err(|e| e.to_string())?;
     let mut t = vec![0u8; len];
     recv.read_exact(&mut t)
         .await
         .map_err(|e| format!("stream target: {e}"))?;
-    let target = String::from_utf8(t).map_err(|_| "stream target is not UTF-8".to_string())?;
+    let target = StreamHeader::decode_target(t).map_err(|e| e.to_string())?;
     Ok((kind, id, target))
 }
 
@@ -958,9 +939,11 @@ impl Dial {
             .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e.to_string()))?;
         check_alpn(&conn, addr)?;
         let mut ctl = conn.open_uni().await.map_err(io::Error::other)?;
-        let mut hello = [0u8; 9];
-        hello[0] = QUIC_MAPPING_VERSION;
-        hello[1..].copy_from_slice(&self.session.to_be_bytes());
+        let hello = QuicHello {
+            version: QUIC_MAPPING_VERSION,
+            session: self.session,
+        }
+        .encode();
         ctl.write_all(&hello).await.map_err(io::Error::from)?;
         let _ = ctl.finish();
         // Under TLS 1.3 the client finishes its handshake before the server
@@ -1298,7 +1281,7 @@ async fn serve_conn(
     check_alpn(&conn, peer)?;
     let hello = tokio::time::timeout(hs, async {
         let mut ctl = conn.accept_uni().await.map_err(io::Error::other)?;
-        let mut h = [0u8; 9];
+        let mut h = [0u8; QUIC_HELLO_LEN];
         ctl.read_exact(&mut h).await.map_err(io::Error::other)?;
         Ok::<_, io::Error>(h)
     })
@@ -1317,14 +1300,14 @@ async fn serve_conn(
             ));
         }
     };
-    if h[0] != QUIC_MAPPING_VERSION {
+    let QuicHello { version, session } = QuicHello::decode(&h);
+    if version != QUIC_MAPPING_VERSION {
         conn.close(code(ErrorCode::VERSION_MISMATCH), b"unsupported version");
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("QUIC HELLO version {} unsupported", h[0]),
+            format!("QUIC HELLO version {version} unsupported"),
         ));
     }
-    let session = u64::from_be_bytes(h[1..].try_into().unwrap_or_default());
     let mut reply = conn.open_uni().await.map_err(io::Error::other)?;
     reply
         .write_all(&[QUIC_MAPPING_VERSION])
