@@ -12,6 +12,9 @@ use crate::session::ConnId;
 
 /// Capacity of a receive chunk that collects small payloads (see [`Stream::push_recv`]).
 pub const RECV_CHUNK: usize = 4096;
+/// Chunk slots a drained buffer queue keeps (see [`Stream::take_recv`]); a queue that grew
+/// for a large window gives the rest back.
+pub const KEEP_SLOTS: usize = 8;
 
 /// One stream as the session tracks it.
 #[derive(Debug)]
@@ -69,7 +72,7 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub fn new(kind: Kind, send_credit: u64, window: u64) -> Self {
+    pub fn new(kind: Kind, send_credit: u64, recv: Credit) -> Self {
         Stream {
             kind,
             open_target: None,
@@ -82,7 +85,7 @@ impl Stream {
             fin_sent: false,
             recv_buf: VecDeque::new(),
             recv_buf_len: 0,
-            recv: Credit::new(window),
+            recv,
             fin_received: false,
             bytes_received: 0,
             bytes_sent: 0,
@@ -191,7 +194,28 @@ impl Stream {
             n += k;
         }
         self.recv_buf_len -= n as u64;
+        if self.recv_buf.is_empty() {
+            // Chunks are dropped as they drain; the queue's own slots go too once it is empty,
+            // so a stream that once buffered a large window holds nothing while idle.
+            self.recv_buf.shrink_to(KEEP_SLOTS);
+        }
         n
+    }
+
+    /// Memory the receive buffer holds: chunk capacities plus the queue's slots.
+    pub fn recv_memory(&self) -> usize {
+        self.recv_buf.iter().map(|c| c.capacity()).sum::<usize>()
+            + self.recv_buf.capacity() * std::mem::size_of::<BytesMut>()
+    }
+
+    /// Drops both buffers and their storage (a reset stream keeps nothing).
+    pub fn free_buffers(&mut self, recv: bool) {
+        self.send_buf = VecDeque::new();
+        self.send_buf_len = 0;
+        if recv {
+            self.recv_buf = VecDeque::new();
+            self.recv_buf_len = 0;
+        }
     }
 
     /// Both directions ended cleanly from the application's point of view.
@@ -206,7 +230,7 @@ mod tests {
 
     #[test]
     fn take_send_splits_and_joins_chunks() {
-        let mut s = Stream::new(Kind::Tunnel, 100, 100);
+        let mut s = Stream::new(Kind::Tunnel, 100, Credit::new(100));
         for c in [&b"abc"[..], b"defg"] {
             s.send_buf.push_back(Bytes::copy_from_slice(c));
             s.send_buf_len += c.len() as u64;
@@ -220,7 +244,7 @@ mod tests {
 
     #[test]
     fn tiny_payloads_share_chunks() {
-        let mut s = Stream::new(Kind::Http, 0, 100);
+        let mut s = Stream::new(Kind::Http, 0, Credit::new(100));
         for i in 0..10_000u32 {
             s.push_recv(&[i as u8]);
         }
@@ -241,8 +265,28 @@ mod tests {
     }
 
     #[test]
+    fn a_drained_buffer_gives_its_storage_back() {
+        let mut s = Stream::new(Kind::Http, 0, Credit::new(1 << 20));
+        for _ in 0..64 {
+            s.push_recv(&[1u8; 16 * 1024]);
+        }
+        assert!(s.recv_memory() >= 1 << 20);
+        let mut out = vec![0u8; 100_000];
+        while s.take_recv(&mut out) > 0 {}
+        assert_eq!(s.recv_buf_len, 0);
+        assert!(
+            s.recv_memory() <= KEEP_SLOTS * std::mem::size_of::<BytesMut>(),
+            "{} bytes held by a drained buffer",
+            s.recv_memory()
+        );
+        s.push_recv(&[1u8; 100]);
+        s.free_buffers(true);
+        assert_eq!((s.recv_memory(), s.recv_buf_len), (0, 0));
+    }
+
+    #[test]
     fn take_recv_copies_across_chunks() {
-        let mut s = Stream::new(Kind::Http, 0, 100);
+        let mut s = Stream::new(Kind::Http, 0, Credit::new(100));
         s.push_recv(b"hel");
         s.recv_buf.push_back(BytesMut::from(&b"lo"[..]));
         s.recv_buf_len += 2;

@@ -154,6 +154,12 @@ pub struct StreamSnapshot {
     pub send_buffered: u64,
     /// Bytes received and not yet read.
     pub recv_buffered: u64,
+    /// The stream's receive window now (it grows from `Config::initial_stream_window` while
+    /// the reader keeps up, up to `Config::stream_window`).
+    pub recv_window: u64,
+    /// Memory the receive buffer holds, bytes (its chunks' capacity and queue slots): about
+    /// `recv_buffered` while bytes wait, a few hundred bytes once drained, 0 after a reset.
+    pub recv_memory: u64,
     /// Bytes of our direction framed so far.
     pub bytes_sent: u64,
     /// Bytes of the peer's direction received so far.

@@ -26,14 +26,10 @@ impl Session {
             return;
         }
         s.reset = Some((code, retryable));
-        s.send_buf.clear();
-        s.send_buf_len = 0;
-        let mut discarded = 0;
-        if !s.fin_received {
-            discarded = s.recv_buf_len;
-            s.recv_buf.clear();
-            s.recv_buf_len = 0;
-        }
+        // Unread bytes of a finished direction stay readable; everything else is dropped
+        // with its storage.
+        let discarded = if s.fin_received { 0 } else { s.recv_buf_len };
+        s.free_buffers(!s.fin_received);
         let lane = s.recv_conn;
         let exclude = s.send_conn.filter(|c| {
             self.conns

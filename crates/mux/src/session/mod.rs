@@ -202,7 +202,7 @@ impl Session {
             role: self.role,
             session: self.session_id,
             max_frame_size: self.cfg.max_frame_size,
-            initial_window: self.cfg.stream_window,
+            initial_window: self.cfg.initial_stream_window,
             max_streams: self.cfg.max_streams,
             conn_window: Some(self.cfg.conn_window),
         }
@@ -516,7 +516,7 @@ impl Session {
         let mut s = Stream::new(
             kind,
             u64::from(peer.initial_window),
-            u64::from(self.cfg.stream_window),
+            self.stream_recv_credit(),
         );
         s.open_target = Some(target.to_owned());
         if !first.is_empty() {
@@ -630,6 +630,8 @@ impl Session {
             recv_conn: s.recv_conn,
             send_buffered: s.send_buf_len,
             recv_buffered: s.recv_buf_len,
+            recv_window: s.recv.window(),
+            recv_memory: s.recv_memory() as u64,
             bytes_sent: s.bytes_sent,
             bytes_received: s.bytes_received,
             reset: s.reset.map(|r| r.0),

@@ -30,8 +30,8 @@ impl Session {
         }
         match f {
             Frame::Hello(_) => Err(ConnError::Protocol("second HELLO")),
-            Frame::Open(o) => self.on_open(conn, o),
-            Frame::Data(d) => self.on_data(conn, d.stream, d.data, d.fin),
+            Frame::Open(o) => self.on_open(conn, o, now),
+            Frame::Data(d) => self.on_data(conn, d.stream, d.data, d.fin, now),
             Frame::Reset(r) => {
                 self.on_reset(r);
                 Ok(())
@@ -92,7 +92,7 @@ impl Session {
         Ok(())
     }
 
-    pub(super) fn on_open(&mut self, conn: ConnId, o: Open) -> Result<(), ConnError> {
+    pub(super) fn on_open(&mut self, conn: ConnId, o: Open, now: Instant) -> Result<(), ConnError> {
         if self.role != Role::Remote {
             return Err(ConnError::Protocol("OPEN sent to the edge"));
         }
@@ -128,8 +128,11 @@ impl Session {
         let Some(peer) = self.peer else {
             return Err(ConnError::Protocol("OPEN before HELLO"));
         };
-        let window = u64::from(self.cfg.stream_window);
-        let mut s = Stream::new(o.kind, u64::from(peer.initial_window), window);
+        let mut s = Stream::new(
+            o.kind,
+            u64::from(peer.initial_window),
+            self.stream_recv_credit(),
+        );
         s.recv_conn = Some(conn);
         self.highest_accepted = self.highest_accepted.max(o.stream);
         self.streams.insert(o.stream, s);
@@ -142,7 +145,7 @@ impl Session {
             target: o.target,
         });
         if !o.data.is_empty() || o.fin {
-            self.deliver(o.stream, o.data, o.fin);
+            self.deliver(o.stream, o.data, o.fin, now);
         }
         Ok(())
     }
@@ -153,6 +156,7 @@ impl Session {
         id: u64,
         data: Bytes,
         fin: bool,
+        now: Instant,
     ) -> Result<(), ConnError> {
         let last_open = self.conns.get(&conn).map_or(0, |c| c.last_open);
         let n = data.len() as u64;
@@ -195,12 +199,12 @@ impl Session {
             self.conn_consumed(Some(conn), n);
             return Ok(());
         }
-        self.deliver(id, data, fin);
+        self.deliver(id, data, fin, now);
         Ok(())
     }
 
     /// Appends received bytes to a stream, enforcing its window (§4.1).
-    pub(super) fn deliver(&mut self, id: u64, data: Bytes, fin: bool) {
+    pub(super) fn deliver(&mut self, id: u64, data: Bytes, fin: bool, now: Instant) {
         let Some(s) = self.streams.get_mut(&id) else {
             return;
         };
@@ -218,6 +222,8 @@ impl Session {
         s.push_recv(&data);
         if fin {
             s.fin_received = true;
+        } else {
+            self.autotune(id, now);
         }
         self.push_coalesced(Event::Readable(id));
         self.gc(id);

@@ -4,7 +4,19 @@
 use super::*;
 use crate::frame::{Data as DataFrame, Open, Ping, Reset, Window, HELLO_LEN};
 
+/// Fixed stream windows (initial = maximum, 500 kB): the tests of credit, limits and
+/// lifecycle see exactly the window they grant; [`tuned`] is the default with autotuning.
 fn cfg() -> Config {
+    let c = tuned();
+    Config {
+        initial_stream_window: c.stream_window,
+        ..c
+    }
+}
+
+/// The defaults for a 100 ms, 10 Mbit/s link: streams start at 256 KiB and grow to
+/// 4 × BDP = 500 kB.
+fn tuned() -> Config {
     Config::for_link(Duration::from_millis(100), 10_000_000)
 }
 
@@ -380,10 +392,10 @@ fn more_than_the_connection_credit_closes_the_connection() {
 
 #[test]
 fn streams_are_not_limited_by_the_budget_of_whole_windows() {
-    // 1 GiB holds 330 stream windows of 3.25 MB; connection credit bounds the buffers
+    // 1 GiB holds 165 stream windows of 6.5 MB; connection credit bounds the buffers
     // instead, so the session takes its full max_streams.
     let mut p = Pair::with(Config::default(), Config::default());
-    assert_eq!(Config::default().legacy_max_streams(), 330);
+    assert_eq!(Config::default().legacy_max_streams(), 165);
     assert_eq!(
         p.edge.stream_limit(),
         crate::config::DEFAULT_SESSION_STREAMS
@@ -775,4 +787,36 @@ fn frames_respect_the_peer_maximum_and_ids_cost_few_bytes() {
     let overhead = out.len() - 40_000;
     assert_eq!(overhead, (5 + 3 + 3) + 5 * (sizes.len() - 1));
     assert_eq!(data_overhead(id), 5);
+}
+
+/// Receive buffers give their memory back: a stream that buffered its whole window holds a
+/// few hundred bytes once read, nothing once reset.
+#[test]
+fn drained_and_reset_streams_release_their_buffers() {
+    let mut p = Pair::new();
+    let window = cfg().stream_window as usize;
+    let ids: Vec<u64> = (0..2)
+        .map(|_| p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap())
+        .collect();
+    p.shuttle();
+    for &id in &ids {
+        assert_eq!(p.remote.send(id, &vec![3u8; window]).unwrap(), window);
+    }
+    p.shuttle();
+    for &id in &ids {
+        let s = p.edge.stream(id).unwrap();
+        assert_eq!(s.recv_buffered, window as u64);
+        assert!(s.recv_memory >= window as u64);
+    }
+    let (got, _) = read_all(&mut p.edge, ids[0]);
+    assert_eq!(got.len(), window);
+    let drained = p.edge.stream(ids[0]).unwrap();
+    assert_eq!(drained.recv_buffered, 0);
+    assert!(
+        drained.recv_memory <= 512,
+        "{} bytes held",
+        drained.recv_memory
+    );
+    p.edge.reset(ids[1], ErrorCode::CANCEL);
+    assert_eq!(p.edge.stream(ids[1]).unwrap().recv_memory, 0);
 }
