@@ -15,6 +15,33 @@
 //!
 //! What it does NOT do: no mux framing (QUIC has streams, credit and resets),
 //! no 0-RTT, no connection migration handling beyond quinn's, no datagrams.
+//! The HELLO and stream header it writes are encoded by `mux::frame::quic`.
+//!
+//! # Receive windows: what quinn 0.11 allows
+//!
+//! The TCP carrier's stream windows autotune (`mux::session::credit`: 256 KiB, doubling while
+//! the reader keeps up, up to `link.stream_window_bdp` × BDP). quinn 0.11 (quinn-proto 0.11.19)
+//! cannot do that per stream: `TransportConfig::stream_receive_window` is copied once into the
+//! connection's stream state (`StreamsState::stream_receive_window`, `pub(super)`, no setter),
+//! sent as the `initial_max_stream_data_*` transport parameters, and every `MAX_STREAM_DATA`
+//! update advertises `bytes_read + stream_receive_window` (`streams/recv.rs`,
+//! `max_stream_data`): each stream of a connection has that same window for its whole life,
+//! and neither `quinn::RecvStream` nor `quinn::Connection` can change it. What is adjustable at
+//! run time is the connection's window (`Connection::set_receive_window`, which grows
+//! `MAX_DATA` at once or shrinks it as data is read) and the send window.
+//!
+//! So the QUIC carrier gives every stream the maximum, `stream_receive_window` = the mux
+//! `stream_window` (4 × BDP by default: 6.5 MB at 130 ms and 100 Mbit/s), because a small
+//! fixed window would cap every large transfer for good: with 2 × BDP one 50 MB reply on the
+//! `lossy` profile took 1.26 × direct through QUIC against 1.09 at 4 × BDP (benches/README.md,
+//! lossy). The cost: a reader that stops holds a whole maximum window (100 stalled clients at
+//! the default link: up to 650 MB, where the TCP carrier holds 25 MiB), bounded per connection
+//! by the connection window, [`DEFAULT_RECEIVE_WINDOW`] (256 MiB); readers that keep up are
+//! unaffected. The connection window is not autotuned either: it is at least the largest
+//! stream window, so it never limits one stream, and a connection carries at most line rate,
+//! which one stream's window already covers; growing it would only raise the memory bound.
+//! Where memory for slow readers matters more than one transfer's rate, lower
+//! `link.stream_window_bdp` (both carriers) or use the TCP carrier.
 
 use std::collections::HashMap;
 use std::io;
@@ -52,7 +79,7 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// Connection receive window: the TCP carrier's connection credit,
 /// [`mux::config::DEFAULT_CONN_WINDOW`] (256 MiB), bounded where quinn's default is not. It
 /// used to be 4 × BDP (6.5 MB at 130 ms and 100 Mbit/s), which two streams whose readers
-/// stopped, holding their 3.25 MB stream windows unread, took whole: every other stream of the
+/// stopped, holding their stream windows (then 3.25 MB) unread, took whole: every other stream of the
 /// connection then waited for them (tests/slow_readers.rs).
 pub const DEFAULT_RECEIVE_WINDOW: u64 = mux::config::DEFAULT_CONN_WINDOW as u64;
 /// Send window (sent, unacknowledged and buffered bytes) in bandwidth-delay
@@ -101,7 +128,8 @@ pub struct QuicOptions {
     /// Initial congestion window in bytes; `None`: the controller's default
     /// (about 14.7 KB, RFC 9002).
     pub initial_window: Option<u64>,
-    /// Per-stream receive window (the mux stream window).
+    /// Per-stream receive window: the mux stream window's maximum, `mux::Config::stream_window`
+    /// (quinn cannot grow a stream's window, module doc).
     pub stream_receive_window: u64,
     /// Per-connection receive window, bounded ([`DEFAULT_RECEIVE_WINDOW`]).
     pub receive_window: u64,
@@ -124,8 +152,8 @@ impl Default for QuicOptions {
 }
 
 impl QuicOptions {
-    /// Windows sized from the link's bandwidth-delay product, with the same
-    /// stream window as the TCP pool's [`mux::Config::for_link`].
+    /// Windows sized from the link's bandwidth-delay product, with every stream window at the
+    /// maximum the TCP pool's windows grow to ([`mux::Config::for_link`]).
     pub fn for_link(rtt: Duration, rate_bps: u64) -> QuicOptions {
         QuicOptions::for_link_bdps(rtt, rate_bps, mux::config::DEFAULT_STREAM_WINDOW_BDPS)
     }
