@@ -71,8 +71,9 @@ pub struct Config {
     /// window grows up to this while its reader keeps up (PROTOCOL.md §4.2).
     pub stream_window: u32,
     /// Credit each stream starts with in the direction towards us (advertised in HELLO as
-    /// `initial_window`), bytes; see [`DEFAULT_INITIAL_STREAM_WINDOW`]. Equal to
-    /// `stream_window`: windows never grow.
+    /// `initial_window`), bytes; see [`DEFAULT_INITIAL_STREAM_WINDOW`]. Above `stream_window`
+    /// it counts as `stream_window` ([`Config::initial_window`]); equal to it, windows never
+    /// grow.
     pub initial_stream_window: u32,
     /// Credit granted to each connection for all its streams in the direction towards us,
     /// bytes; see [`DEFAULT_CONN_WINDOW`].
@@ -142,6 +143,11 @@ impl Config {
         }
     }
 
+    /// The window each stream starts with: `initial_stream_window`, at most `stream_window`.
+    pub fn initial_window(&self) -> u32 {
+        self.initial_stream_window.min(self.stream_window)
+    }
+
     /// Most concurrent streams with a peer that does not honour connection credit (an older
     /// release): `max_streams` lowered so that every stream's whole window fits in
     /// `max_buffered_bytes` (165 with the defaults: 1 GiB ÷ 6.5 MB; our windows still grow to
@@ -166,12 +172,10 @@ impl Config {
                 self.stream_window, self.max_frame_size
             ));
         }
-        if self.initial_stream_window < self.max_frame_size
-            || self.initial_stream_window > self.stream_window
-        {
+        if self.initial_stream_window < self.max_frame_size {
             return err(format!(
-                "initial_stream_window {} must be within max_frame_size ({})..=stream_window ({})",
-                self.initial_stream_window, self.max_frame_size, self.stream_window
+                "initial_stream_window {} must be at least max_frame_size ({})",
+                self.initial_stream_window, self.max_frame_size
             ));
         }
         if self.conn_window < self.stream_window || self.conn_window > i32::MAX as u32 {
@@ -272,11 +276,18 @@ mod tests {
         let e = c.validate().unwrap_err();
         assert!(e.to_string().contains("max_buffered_bytes"), "{e}");
         let c = Config {
-            initial_stream_window: 7_000_000,
+            initial_stream_window: 1024,
             ..Config::default()
         };
         let e = c.validate().unwrap_err();
         assert!(e.to_string().contains("initial_stream_window"), "{e}");
+        // A smaller maximum set alone lowers the initial window with it.
+        let c = Config {
+            stream_window: 64 * 1024,
+            ..Config::default()
+        };
+        c.validate().unwrap();
+        assert_eq!(c.initial_window(), 64 * 1024);
         let c = Config {
             max_frame_size: 100_000,
             ..Config::default()

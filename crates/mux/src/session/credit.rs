@@ -215,8 +215,7 @@ impl Session {
     /// back to the peer, in one WINDOW for stream 0 on that lane once at least a quarter of
     /// the connection window and the initial stream window has gathered (§4.2).
     pub(super) fn conn_consumed(&mut self, lane: Option<ConnId>, n: u64) {
-        let threshold =
-            u64::from(self.cfg.conn_window.min(self.cfg.initial_stream_window) / 4).max(1);
+        let threshold = u64::from(self.cfg.conn_window.min(self.cfg.initial_window()) / 4).max(1);
         let Some(conn) = lane else {
             return;
         };
@@ -259,7 +258,7 @@ impl Session {
     /// Receive credit of a new stream: the initial window, growing to the maximum.
     pub(super) fn stream_recv_credit(&self) -> Credit {
         Credit::tuned(
-            u64::from(self.cfg.initial_stream_window),
+            u64::from(self.cfg.initial_window()),
             u64::from(self.cfg.stream_window),
         )
     }

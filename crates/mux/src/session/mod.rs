@@ -202,7 +202,7 @@ impl Session {
             role: self.role,
             session: self.session_id,
             max_frame_size: self.cfg.max_frame_size,
-            initial_window: self.cfg.initial_stream_window,
+            initial_window: self.cfg.initial_window(),
             max_streams: self.cfg.max_streams,
             conn_window: Some(self.cfg.conn_window),
         }
