@@ -820,3 +820,137 @@ fn drained_and_reset_streams_release_their_buffers() {
     p.edge.reset(ids[1], ErrorCode::CANCEL);
     assert_eq!(p.edge.stream(ids[1]).unwrap().recv_memory, 0);
 }
+
+/// A Pair whose edge has measured a 50 ms round trip, with `n` streams opened.
+fn pair_with_rtt(n: usize) -> (Pair, Vec<u64>) {
+    let mut p = Pair::with(tuned(), tuned());
+    p.edge.handle_timeout(p.t);
+    let mut ping = Vec::new();
+    p.edge.poll_transmit(p.e, usize::MAX, &mut ping);
+    p.remote.handle_input(p.r, &ping, p.t);
+    p.t += Duration::from_millis(50);
+    p.shuttle();
+    assert_eq!(
+        p.edge.connection(p.e).unwrap().rtt,
+        Some(Duration::from_millis(50))
+    );
+    let ids = (0..n)
+        .map(|_| p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap())
+        .collect();
+    p.shuttle();
+    let _ = p.remote_events();
+    (p, ids)
+}
+
+/// A reader that empties its stream at every step grows the window to the maximum, one
+/// doubling per window read; the WINDOW frames carry the growth, so the sender may write the
+/// larger window at once. A stream beside it that is never read keeps its initial window.
+#[test]
+fn a_reader_that_keeps_up_grows_its_window_to_the_maximum() {
+    let (mut p, ids) = pair_with_rtt(2);
+    let (fast, stalled) = (ids[0], ids[1]);
+    let (initial, max) = (
+        u64::from(tuned().initial_window()),
+        u64::from(tuned().stream_window),
+    );
+    let data = vec![1u8; 64 * 1024];
+    let mut windows = vec![p.edge.stream(fast).unwrap().recv_window];
+    for _ in 0..200 {
+        for id in [fast, stalled] {
+            while p.remote.send(id, &data).unwrap_or(0) > 0 {}
+        }
+        p.shuttle();
+        read_all(&mut p.edge, fast);
+        p.shuttle();
+        p.t += Duration::from_millis(10);
+        let w = p.edge.stream(fast).unwrap().recv_window;
+        if windows.last() != Some(&w) {
+            windows.push(w);
+        }
+    }
+    assert_eq!(windows.first(), Some(&initial));
+    assert_eq!(windows.last(), Some(&max), "{windows:?}");
+    assert!(
+        windows.windows(2).all(|w| w[1] == (2 * w[0]).min(max)),
+        "{windows:?}"
+    );
+    // The sender holds the grown window but for what the reader consumed since the last
+    // WINDOW (less than a quarter window).
+    let unreturned = p.edge.streams[&fast].recv.unreturned();
+    assert!(unreturned < max / 4);
+    assert_eq!(
+        p.remote.send_capacity(fast) as u64 + unreturned,
+        max,
+        "the sender holds the grown window"
+    );
+    let s = p.edge.stream(stalled).unwrap();
+    assert_eq!((s.recv_window, s.recv_buffered), (initial, initial));
+}
+
+/// One step of [`stream_credit_is_conserved_while_windows_grow`].
+#[derive(Debug, Clone)]
+enum TuneOp {
+    /// The remote writes up to this many bytes on stream `i`.
+    Send(usize, u32),
+    /// The edge reads up to this many bytes of stream `i`.
+    Read(usize, u32),
+    /// Virtual time advances this many milliseconds.
+    Wait(u16),
+    Shuttle,
+}
+
+fn tune_op() -> impl proptest::strategy::Strategy<Value = TuneOp> {
+    use proptest::prelude::*;
+    let i = 0usize..4;
+    prop_oneof![
+        (i.clone(), 1u32..400_000).prop_map(|(i, n)| TuneOp::Send(i, n)),
+        (i, 1u32..400_000).prop_map(|(i, n)| TuneOp::Read(i, n)),
+        (0u16..300).prop_map(TuneOp::Wait),
+        Just(TuneOp::Shuttle),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// With autotuning, whatever the reader does: with nothing in flight the credit the
+    /// sender holds for a stream is exactly what the receiver counts it holding, the
+    /// receiver's window is buffered + granted + unreturned bytes, and no window leaves
+    /// initial..=maximum; connection credit stays conserved.
+    #[test]
+    fn stream_credit_is_conserved_while_windows_grow(
+        ops in proptest::collection::vec(tune_op(), 1..150),
+    ) {
+        let (mut p, ids) = pair_with_rtt(4);
+        let (initial, max) = (u64::from(tuned().initial_window()), u64::from(tuned().stream_window));
+        let data = vec![5u8; 400_000];
+        let mut buf = vec![0u8; 400_000];
+        for op in ops {
+            match op {
+                TuneOp::Send(i, n) => {
+                    let _ = p.remote.send(ids[i], &data[..n as usize]);
+                }
+                TuneOp::Read(i, n) => {
+                    let _ = p.edge.read(ids[i], &mut buf[..n as usize]);
+                }
+                TuneOp::Wait(ms) => p.t += Duration::from_millis(u64::from(ms)),
+                TuneOp::Shuttle => {
+                    p.shuttle();
+                    for &id in &ids {
+                        let (r, s) = (&p.edge.streams[&id], &p.remote.streams[&id]);
+                        proptest::prop_assert_eq!(r.recv.available(), s.send.available());
+                        let w = r.recv.window();
+                        proptest::prop_assert!((initial..=max).contains(&w), "window {}", w);
+                        proptest::prop_assert_eq!(
+                            r.recv_buf_len + r.recv.available() + r.recv.unreturned(),
+                            w
+                        );
+                    }
+                    assert_conserved(&p, u64::from(tuned().conn_window));
+                }
+            }
+            let _ = p.edge_events();
+            let _ = p.remote_events();
+        }
+    }
+}
