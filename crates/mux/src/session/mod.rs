@@ -15,7 +15,7 @@
 //! - `events`: what the driver and application are told ([`Event`], the
 //!   snapshots, the error types of the stream operations);
 //! - `timers`: per-lane HELLO deadline, PING period and PONG deadline, RTT;
-//! - `credit`: the one flow-control value type ([`credit::Credit`]) that
+//! - `credit`: the one flow-control value type (`credit::Credit`) that
 //!   streams and connections use for what they may send and what they grant,
 //!   and the credit-return path (PROTOCOL.md §4.1, §4.2);
 //! - `schedule`: binding directions to lanes by the [`Policy`] and framing
