@@ -125,10 +125,12 @@ pub struct LinkConfig {
     pub rtt_ms: u32,
     /// Rate in Mbit/s.
     pub rate_mbit: u32,
-    /// Per-stream window in bandwidth-delay products (this side's receive window for each
-    /// stream: the edge's limits replies, the remote's uploads). A wider window lets one large
-    /// transfer ride out loss on the long link and costs concurrent streams per session
-    /// (`mux::Config::for_link_bdps`).
+    /// The largest per-stream receive window, in bandwidth-delay products (this side's window
+    /// for each stream: the edge's limits replies, the remote's uploads). Windows start at
+    /// 256 KiB and grow to it while the reader keeps up (`mux::session::credit`; QUIC streams
+    /// get it from the start). A wider maximum lets one large transfer ride out loss on the
+    /// long link; with a peer without connection credit it costs concurrent streams per
+    /// session (`mux::Config::for_link_bdps`).
     pub stream_window_bdp: u32,
 }
 

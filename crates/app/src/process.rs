@@ -263,7 +263,7 @@ pub struct CommonFlags {
     /// Rate of the long link in Mbit/s.
     #[arg(long)]
     pub link_rate_mbit: Option<u32>,
-    /// Per-stream window in bandwidth-delay products (`link.stream_window_bdp`).
+    /// Largest per-stream receive window in bandwidth-delay products (`link.stream_window_bdp`).
     #[arg(long)]
     pub stream_window_bdp: Option<u32>,
     /// Log format.

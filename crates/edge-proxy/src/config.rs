@@ -512,7 +512,7 @@ stream_window_bdp = 4
         assert_eq!(q.stream_receive_window, 1_000_000);
         // QUIC's connection windows bound its buffers, so its stream limit does not shrink.
         assert_eq!(q.max_streams, mux::config::DEFAULT_MAX_STREAMS);
-        // Absent, it is the default of two.
+        // Absent, it is the default of four.
         let d: EdgeConfig = toml::from_str(
             "[link]
 rtt_ms = 200
@@ -520,7 +520,7 @@ rate_mbit = 10
 ",
         )
         .unwrap();
-        assert_eq!(app::pool_glue::mux_config(&d.link).stream_window, 500_000);
+        assert_eq!(app::pool_glue::mux_config(&d.link).stream_window, 1_000_000);
         for bad in [0, 17] {
             let c: EdgeConfig = toml::from_str(&format!(
                 "[link]

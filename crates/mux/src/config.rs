@@ -12,14 +12,26 @@ pub const DEFAULT_RATE_BPS: u64 = 100_000_000;
 /// serialization short (1.3 ms at 100 Mbit/s) so streams interleave finely; the
 /// header costs at most 12 bytes of it (0.07%).
 pub const DEFAULT_MAX_FRAME_SIZE: u32 = 16 * 1024;
-/// Smallest per-stream window [`Config::for_link`] picks, bytes.
+/// Smallest per-stream window (maximum) [`Config::for_link`] picks, bytes.
 pub const MIN_STREAM_WINDOW: u32 = 64 * 1024;
-/// Largest per-stream window [`Config::for_link`] picks, bytes.
+/// Largest per-stream window (maximum) [`Config::for_link`] picks, bytes.
 pub const MAX_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
-/// Per-stream window in bandwidth-delay products that [`Config::for_link`] picks.
-pub const DEFAULT_STREAM_WINDOW_BDPS: u32 = 2;
+/// Bandwidth-delay products a stream's receive window grows to at most (it starts at
+/// [`DEFAULT_INITIAL_STREAM_WINDOW`] and grows while its reader keeps up, `session::credit`):
+/// 4, the window that was fastest for one large transfer on every benchmark profile (with 1.5 %
+/// random loss 2 × BDP reached 0.83 of direct, 4 × BDP matched it: benches/README.md, lossy).
+/// Before autotuning every stream had this window from the start, and the default was 2.
+pub const DEFAULT_STREAM_WINDOW_BDPS: u32 = 4;
 /// Most bandwidth-delay products [`Config::for_link_bdps`] accepts for the stream window.
 pub const MAX_STREAM_WINDOW_BDPS: u32 = 16;
+/// Receive window a stream starts with, bytes (at most the maximum, `stream_window`): 256 KiB.
+/// Small enough that a reader that does not keep up holds little (100 stalled clients hold
+/// 25 MiB, not 100 maximum windows: 650 MB at 4 × BDP on `pacific`); large enough that a
+/// typical web object arrives in its first flight without waiting for the window to grow, and
+/// that the 4 × BDP of `pacific` (6.5 MB) is reached in five doublings. Between Linux's
+/// default initial receive buffer (`tcp_rmem` 128 KiB) and quic-go's initial stream window
+/// (512 KiB).
+pub const DEFAULT_INITIAL_STREAM_WINDOW: u32 = 256 * 1024;
 /// Most concurrent streams per QUIC pool connection (`pool::QuicOptions`).
 pub const DEFAULT_MAX_STREAMS: u32 = 1024;
 /// Most concurrent streams of one mux session (all its connections) with a peer that honours
@@ -55,8 +67,14 @@ pub const DEFAULT_MAX_CONTROL_BYTES: usize = 256 * 1024;
 pub struct Config {
     /// Largest frame payload we accept (advertised in HELLO) and send, bytes.
     pub max_frame_size: u32,
-    /// Credit granted to each stream in the direction towards us, bytes.
+    /// Largest credit granted to each stream in the direction towards us, bytes: its receive
+    /// window grows up to this while its reader keeps up (PROTOCOL.md §4.2).
     pub stream_window: u32,
+    /// Credit each stream starts with in the direction towards us (advertised in HELLO as
+    /// `initial_window`), bytes; see [`DEFAULT_INITIAL_STREAM_WINDOW`]. Above `stream_window`
+    /// it counts as `stream_window` ([`Config::initial_window`]); equal to it, windows never
+    /// grow.
+    pub initial_stream_window: u32,
     /// Credit granted to each connection for all its streams in the direction towards us,
     /// bytes; see [`DEFAULT_CONN_WINDOW`].
     pub conn_window: u32,
@@ -95,7 +113,8 @@ impl Config {
     }
 
     /// Limits sized for a link of round-trip time `rtt` and rate `rate_bps`:
-    /// each stream's window is `bdps` (at least 1) times the bandwidth-delay product, clamped to
+    /// each stream's window starts at [`DEFAULT_INITIAL_STREAM_WINDOW`] and grows up to `bdps`
+    /// (at least 1) times the bandwidth-delay product, clamped to
     /// [`MIN_STREAM_WINDOW`]..=[`MAX_STREAM_WINDOW`]. One BDP is not enough for
     /// one stream to fill the link: credit comes back only after a round trip
     /// plus the sender's queueing delay, and in steps of a quarter window
@@ -113,6 +132,7 @@ impl Config {
         Config {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             stream_window: window as u32,
+            initial_stream_window: (window as u32).min(DEFAULT_INITIAL_STREAM_WINDOW),
             conn_window: DEFAULT_CONN_WINDOW,
             max_streams: DEFAULT_SESSION_STREAMS,
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
@@ -123,9 +143,15 @@ impl Config {
         }
     }
 
+    /// The window each stream starts with: `initial_stream_window`, at most `stream_window`.
+    pub fn initial_window(&self) -> u32 {
+        self.initial_stream_window.min(self.stream_window)
+    }
+
     /// Most concurrent streams with a peer that does not honour connection credit (an older
     /// release): `max_streams` lowered so that every stream's whole window fits in
-    /// `max_buffered_bytes` (330 with the defaults: 1 GiB ÷ 3.25 MB).
+    /// `max_buffered_bytes` (165 with the defaults: 1 GiB ÷ 6.5 MB; our windows still grow to
+    /// `stream_window` with such a peer).
     pub fn legacy_max_streams(&self) -> u32 {
         let fit = self.max_buffered_bytes / u64::from(self.stream_window.max(1));
         u64::from(self.max_streams).min(fit).max(1) as u32
@@ -144,6 +170,12 @@ impl Config {
             return err(format!(
                 "stream_window {} must be at least max_frame_size ({}) and below 2^31",
                 self.stream_window, self.max_frame_size
+            ));
+        }
+        if self.initial_stream_window < self.max_frame_size {
+            return err(format!(
+                "initial_stream_window {} must be at least max_frame_size ({})",
+                self.initial_stream_window, self.max_frame_size
             ));
         }
         if self.conn_window < self.stream_window || self.conn_window > i32::MAX as u32 {
@@ -181,21 +213,21 @@ mod tests {
     #[test]
     fn defaults_are_sized_from_the_bdp_and_valid() {
         let c = Config::default();
-        // 2 x 130 ms x 100 Mbit/s = 3.25 MB.
-        assert_eq!(c.stream_window, 3_250_000);
+        // Grows to 4 x 130 ms x 100 Mbit/s = 6.5 MB from 256 KiB.
+        assert_eq!(c.stream_window, 6_500_000);
+        assert_eq!(c.initial_stream_window, 256 * 1024);
         assert_eq!(c.conn_window, DEFAULT_CONN_WINDOW);
         assert_eq!(c.max_streams, 4096);
-        // A peer without connection credit: 1 GiB / 3.25 MB.
-        assert_eq!(c.legacy_max_streams(), 330);
+        // A peer without connection credit: 1 GiB / 6.5 MB.
+        assert_eq!(c.legacy_max_streams(), 165);
         c.validate().unwrap();
     }
 
     #[test]
     fn a_wider_window_costs_concurrent_streams_only_with_a_legacy_peer() {
         let rtt = Duration::from_millis(200);
-        let two = Config::for_link_bdps(rtt, 10_000_000, 2);
-        assert_eq!(two, Config::for_link(rtt, 10_000_000));
         let four = Config::for_link_bdps(rtt, 10_000_000, 4);
+        assert_eq!(four, Config::for_link(rtt, 10_000_000));
         // 4 x 200 ms x 10 Mbit/s = 1 MB; the 1 GiB budget then holds 1073 such windows.
         assert_eq!(four.stream_window, 1_000_000);
         assert_eq!(four.legacy_max_streams(), 1073);
@@ -213,10 +245,11 @@ mod tests {
 
     #[test]
     fn windows_are_clamped() {
-        assert_eq!(
-            Config::for_link(Duration::from_millis(1), 1_000_000).stream_window,
-            MIN_STREAM_WINDOW
-        );
+        let small = Config::for_link(Duration::from_millis(1), 1_000_000);
+        assert_eq!(small.stream_window, MIN_STREAM_WINDOW);
+        // The initial window is never above the maximum.
+        assert_eq!(small.initial_stream_window, MIN_STREAM_WINDOW);
+        small.validate().unwrap();
         let big = Config::for_link(Duration::from_millis(600), 10_000_000_000);
         assert_eq!(big.stream_window, MAX_STREAM_WINDOW);
         big.validate().unwrap();
@@ -242,6 +275,19 @@ mod tests {
         };
         let e = c.validate().unwrap_err();
         assert!(e.to_string().contains("max_buffered_bytes"), "{e}");
+        let c = Config {
+            initial_stream_window: 1024,
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert!(e.to_string().contains("initial_stream_window"), "{e}");
+        // A smaller maximum set alone lowers the initial window with it.
+        let c = Config {
+            stream_window: 64 * 1024,
+            ..Config::default()
+        };
+        c.validate().unwrap();
+        assert_eq!(c.initial_window(), 64 * 1024);
         let c = Config {
             max_frame_size: 100_000,
             ..Config::default()

@@ -6,7 +6,9 @@
 //! (one module per frame type under [`frame`]); keeps the state of every
 //! stream of a pool session in one [`Session`]; enforces per-stream and
 //! per-connection credit, frame-size, stream-count and control-queue limits
-//! ([`Config`]); maps local
+//! ([`Config`]), growing each stream's receive window while its reader keeps up
+//! (`session::credit`); encodes the QUIC mapping's HELLO and stream header
+//! (`frame::quic`); maps local
 //! errors to wire codes in one place ([`ConnError::code`]).
 //!
 //! What it does NOT do: no sockets, no tokio, no threads, no system clock.

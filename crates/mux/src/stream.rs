@@ -7,10 +7,14 @@ use bytes::{Bytes, BytesMut};
 
 use crate::error::ErrorCode;
 use crate::frame::Kind;
+use crate::session::credit::Credit;
 use crate::session::ConnId;
 
 /// Capacity of a receive chunk that collects small payloads (see [`Stream::push_recv`]).
 pub const RECV_CHUNK: usize = 4096;
+/// Chunk slots a drained buffer queue keeps (see [`Stream::take_recv`]); a queue that grew
+/// for a large window gives the rest back.
+pub const KEEP_SLOTS: usize = 8;
 
 /// One stream as the session tracks it.
 #[derive(Debug)]
@@ -26,26 +30,25 @@ pub(crate) struct Stream {
     /// never changed.
     pub recv_conn: Option<ConnId>,
     /// Bytes written by the application, not yet framed. Invariant:
-    /// `send_buf_len <= send_credit` (the application may only write within credit).
+    /// `send_buf_len <= send.available()` (the application may only write within credit).
     pub send_buf: VecDeque<Bytes>,
     /// Sum of `send_buf` lengths.
     pub send_buf_len: u64,
-    /// Credit the peer granted that we have not used yet, bytes.
-    pub send_credit: u64,
+    /// Credit the peer granted that we have not used yet.
+    pub send: Credit,
     /// The application finished our direction; FIN goes after `send_buf`.
     pub fin_queued: bool,
     /// Our FIN has been framed.
     pub fin_sent: bool,
     /// Bytes received, not yet read by the application. Invariant:
-    /// `recv_buf_len + recv_left + recv_unacked == window` while the peer's direction is open.
+    /// `recv_buf_len + recv.available() + unreturned == recv.window()` while the peer's
+    /// direction is open.
     /// Small payloads are appended to the last chunk (see [`Stream::push_recv`]).
     pub recv_buf: VecDeque<BytesMut>,
     /// Sum of `recv_buf` lengths.
     pub recv_buf_len: u64,
-    /// Credit the peer still holds for its direction, bytes.
-    pub recv_left: u64,
-    /// Bytes read by the application whose credit has not been returned yet.
-    pub recv_unacked: u64,
+    /// Credit we granted the peer for its direction.
+    pub recv: Credit,
     /// The peer's FIN arrived (it is delivered after `recv_buf`).
     pub fin_received: bool,
     /// Bytes of the peer's direction received so far.
@@ -69,7 +72,7 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub fn new(kind: Kind, send_credit: u64, window: u64) -> Self {
+    pub fn new(kind: Kind, send_credit: u64, recv: Credit) -> Self {
         Stream {
             kind,
             open_target: None,
@@ -77,13 +80,12 @@ impl Stream {
             recv_conn: None,
             send_buf: VecDeque::new(),
             send_buf_len: 0,
-            send_credit,
+            send: Credit::new(send_credit),
             fin_queued: false,
             fin_sent: false,
             recv_buf: VecDeque::new(),
             recv_buf_len: 0,
-            recv_left: window,
-            recv_unacked: 0,
+            recv,
             fin_received: false,
             bytes_received: 0,
             bytes_sent: 0,
@@ -101,7 +103,7 @@ impl Stream {
         if self.reset.is_some() {
             0
         } else {
-            self.send_buf_len.min(self.send_credit)
+            self.send_buf_len.min(self.send.available())
         }
     }
 
@@ -118,7 +120,7 @@ impl Stream {
         if self.reset.is_some() || self.fin_queued {
             0
         } else {
-            self.send_credit.saturating_sub(self.send_buf_len)
+            self.send.available().saturating_sub(self.send_buf_len)
         }
     }
 
@@ -192,7 +194,28 @@ impl Stream {
             n += k;
         }
         self.recv_buf_len -= n as u64;
+        if self.recv_buf.is_empty() {
+            // Chunks are dropped as they drain; the queue's own slots go too once it is empty,
+            // so a stream that once buffered a large window holds nothing while idle.
+            self.recv_buf.shrink_to(KEEP_SLOTS);
+        }
         n
+    }
+
+    /// Memory the receive buffer holds: chunk capacities plus the queue's slots.
+    pub fn recv_memory(&self) -> usize {
+        self.recv_buf.iter().map(|c| c.capacity()).sum::<usize>()
+            + self.recv_buf.capacity() * std::mem::size_of::<BytesMut>()
+    }
+
+    /// Drops both buffers and their storage (a reset stream keeps nothing).
+    pub fn free_buffers(&mut self, recv: bool) {
+        self.send_buf = VecDeque::new();
+        self.send_buf_len = 0;
+        if recv {
+            self.recv_buf = VecDeque::new();
+            self.recv_buf_len = 0;
+        }
     }
 
     /// Both directions ended cleanly from the application's point of view.
@@ -207,7 +230,7 @@ mod tests {
 
     #[test]
     fn take_send_splits_and_joins_chunks() {
-        let mut s = Stream::new(Kind::Tunnel, 100, 100);
+        let mut s = Stream::new(Kind::Tunnel, 100, Credit::new(100));
         for c in [&b"abc"[..], b"defg"] {
             s.send_buf.push_back(Bytes::copy_from_slice(c));
             s.send_buf_len += c.len() as u64;
@@ -221,7 +244,7 @@ mod tests {
 
     #[test]
     fn tiny_payloads_share_chunks() {
-        let mut s = Stream::new(Kind::Http, 0, 100);
+        let mut s = Stream::new(Kind::Http, 0, Credit::new(100));
         for i in 0..10_000u32 {
             s.push_recv(&[i as u8]);
         }
@@ -242,8 +265,28 @@ mod tests {
     }
 
     #[test]
+    fn a_drained_buffer_gives_its_storage_back() {
+        let mut s = Stream::new(Kind::Http, 0, Credit::new(1 << 20));
+        for _ in 0..64 {
+            s.push_recv(&[1u8; 16 * 1024]);
+        }
+        assert!(s.recv_memory() >= 1 << 20);
+        let mut out = vec![0u8; 100_000];
+        while s.take_recv(&mut out) > 0 {}
+        assert_eq!(s.recv_buf_len, 0);
+        assert!(
+            s.recv_memory() <= KEEP_SLOTS * std::mem::size_of::<BytesMut>(),
+            "{} bytes held by a drained buffer",
+            s.recv_memory()
+        );
+        s.push_recv(&[1u8; 100]);
+        s.free_buffers(true);
+        assert_eq!((s.recv_memory(), s.recv_buf_len), (0, 0));
+    }
+
+    #[test]
     fn take_recv_copies_across_chunks() {
-        let mut s = Stream::new(Kind::Http, 0, 100);
+        let mut s = Stream::new(Kind::Http, 0, Credit::new(100));
         s.push_recv(b"hel");
         s.recv_buf.push_back(BytesMut::from(&b"lo"[..]));
         s.recv_buf_len += 2;

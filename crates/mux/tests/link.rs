@@ -66,6 +66,8 @@ struct World {
     streams: BTreeMap<u64, EdgeStream>,
     /// Edge streams whose reader has stopped.
     stalled: Vec<u64>,
+    /// Edge streams whose reader reads at most `rate` bytes per tick: (budget, rate).
+    slow: BTreeMap<u64, (usize, usize)>,
     edge_events: Vec<Event>,
     remote_events: Vec<Event>,
     rr: usize,
@@ -73,7 +75,10 @@ struct World {
 
 impl World {
     fn new(lanes: usize, edge_policy: Policy, remote_policy: Policy) -> World {
-        let cfg = Config::for_link(Duration::from_millis(130), 100_000_000);
+        World::with_config(lanes, edge_policy, remote_policy, pacific())
+    }
+
+    fn with_config(lanes: usize, edge_policy: Policy, remote_policy: Policy, cfg: Config) -> World {
         let base = Instant::now();
         let mut w = World {
             base,
@@ -86,6 +91,7 @@ impl World {
             replies: BTreeMap::new(),
             streams: BTreeMap::new(),
             stalled: Vec::new(),
+            slow: BTreeMap::new(),
             edge_events: Vec::new(),
             remote_events: Vec::new(),
             rr: 0,
@@ -324,9 +330,23 @@ impl World {
             if st.done_at.is_some() || st.reset.is_some() || self.stalled.contains(&id) {
                 continue;
             }
+            // A rate-limited reader: what it did not read in a tick is lost beyond a 10 ms burst.
+            let mut budget = self.slow.get_mut(&id).map(|(b, rate)| {
+                *b = (*b + *rate).min(*rate * 10);
+                b
+            });
             loop {
-                match self.edge.read(id, &mut buf) {
-                    Ok(Read::Data(n)) => st.received += n as u64,
+                let max = budget.as_deref().map_or(buf.len(), |b| (*b).min(buf.len()));
+                if max == 0 {
+                    break;
+                }
+                match self.edge.read(id, &mut buf[..max]) {
+                    Ok(Read::Data(n)) => {
+                        st.received += n as u64;
+                        if let Some(b) = budget.as_deref_mut() {
+                            *b -= n;
+                        }
+                    }
                     Ok(Read::Fin) => {
                         st.done_at = Some(self.tick);
                         self.edge.release(id);
@@ -367,13 +387,29 @@ impl World {
     }
 }
 
+/// The defaults on the modelled link (130 ms, 100 Mbit/s): stream windows start at 256 KiB and
+/// grow to 4 × BDP = 6.5 MB.
+fn pacific() -> Config {
+    Config::for_link(Duration::from_millis(130), 100_000_000)
+}
+
+/// [`pacific`] with every stream window at its maximum from the start (no autotuning).
+fn fixed_windows() -> Config {
+    let c = pacific();
+    Config {
+        initial_stream_window: c.stream_window,
+        ..c
+    }
+}
+
 /// (a) two concurrent large replies land on different lanes; a small reply
 /// issued behind them goes to the least-loaded lane and finishes sooner than
-/// the round-robin baseline would let it.
+/// the round-robin baseline would let it. Fixed windows: the large replies load their lanes
+/// from the start, as they do once their windows have grown.
 #[test]
 fn large_replies_spread_and_small_reply_takes_least_loaded_lane() {
     let run = |policy: Policy| {
-        let mut w = World::new(2, policy, policy);
+        let mut w = World::with_config(2, policy, policy, fixed_windows());
         let big = w.open(6_000_000, 0);
         let medium = w.open(1_000_000, 0);
         w.run_for(100);
@@ -404,10 +440,10 @@ fn large_replies_spread_and_small_reply_takes_least_loaded_lane() {
 }
 
 /// (b) a stream whose reader stops does not slow the other stream on its
-/// connection, and its buffered bytes stay within its window.
+/// connection, and its buffered bytes stay within its window, which never grows.
 #[test]
 fn stalled_reader_does_not_slow_its_connection() {
-    let window = Config::for_link(Duration::from_millis(130), 100_000_000).stream_window as u64;
+    let window = u64::from(pacific().initial_stream_window);
     let mut w = World::new(1, Policy::LeastOutstanding, Policy::LeastOutstanding);
     let stalled = w.open(20_000_000, 0);
     w.stalled.push(stalled);
@@ -416,6 +452,7 @@ fn stalled_reader_does_not_slow_its_connection() {
     while !w.done(other) {
         w.step();
         let e = w.edge.stream(stalled).unwrap();
+        assert_eq!(e.recv_window, window, "a stalled reader's window grew");
         assert!(
             e.recv_buffered <= window,
             "edge buffers {} > window",
@@ -431,14 +468,14 @@ fn stalled_reader_does_not_slow_its_connection() {
         got_at.push(w.streams[&other].received);
         assert!(w.tick < 10_000);
     }
-    // The stalled stream got exactly one window and no more.
+    // The stalled stream got exactly its initial window and no more: it never grew.
     assert_eq!(w.edge.stream(stalled).unwrap().bytes_received, window);
-    // Once the stalled stream's window is used up, the other stream gets the
-    // whole link: over any 100 ms window in the middle of its transfer it
-    // receives at least 95% of rate x 100 ms.
+    // Once the stalled stream's window is used up and the other's has grown, the other
+    // stream gets the whole link: over the 100 ms before its last 50 ms it receives at least
+    // 95% of rate x 100 ms.
     let per_100ms = (w.rate * 100) as u64;
     let n = got_at.len();
-    let (a, b) = (n / 2, n / 2 + 100);
+    let (a, b) = (n - 150, n - 50);
     let delta = got_at[b] - got_at[a];
     assert!(
         delta * 100 >= per_100ms * 95,
@@ -560,4 +597,94 @@ fn pings_measure_rtt() {
             "{rtt:?}"
         );
     }
+}
+
+/// Runs until the edge has measured the lane's round trip (a pool connection that has been up
+/// for a round trip; before that, windows do not grow).
+fn wait_for_rtt(w: &mut World) {
+    w.run_until(
+        |w| w.edge.connections().iter().all(|c| c.rtt.is_some()),
+        1000,
+    );
+}
+
+/// Receive-window autotuning, a reader that keeps up: from 256 KiB the window doubles about
+/// once per round trip and the stream carries the link's rate (at least 90 % of it in every
+/// round trip) from the 6th round trip after the open on: one round trip for the request and
+/// the first byte, then 256 KiB, 512 KiB, 1 MiB, 2 MiB (above the 1.625 MB BDP) per round trip.
+/// The window ends at its maximum, 4 × BDP.
+#[test]
+fn a_fast_reader_reaches_line_rate_within_six_round_trips() {
+    let mut w = World::new(1, Policy::LeastOutstanding, Policy::LeastOutstanding);
+    wait_for_rtt(&mut w);
+    let rtt = 2 * w.delay_ticks;
+    let id = w.open(40_000_000, 0);
+    let per_rtt = (w.rate as u64) * rtt;
+    let mut got = Vec::new();
+    let mut last = 0;
+    while got.len() < 20 {
+        w.run_for(rtt);
+        got.push(w.streams[&id].received - last);
+        last = w.streams[&id].received;
+    }
+    let first = got
+        .iter()
+        .position(|&g| g * 10 >= per_rtt * 9)
+        .expect("never at line rate");
+    assert!(
+        first < 6,
+        "line rate first in round trip {} (per round trip: {got:?})",
+        first + 1
+    );
+    assert!(
+        got[first..].iter().all(|&g| g * 10 >= per_rtt * 9),
+        "fell below line rate: {got:?}"
+    );
+    assert_eq!(
+        w.edge.stream(id).unwrap().recv_window,
+        u64::from(pacific().stream_window)
+    );
+}
+
+/// Receive-window autotuning, readers that do not keep up: K = 20 replies read at 2 Mbit/s
+/// each (250 kB/s, under a quarter of 256 KiB per round trip) never grow their windows, so the
+/// edge buffers at most K × 256 KiB (5.2 MB) for them, not K × 6.5 MB; and a reader at
+/// 16 Mbit/s (2 MB/s) grows only to what it drains: at least 4 × its rate × RTT (1.04 MB), at
+/// most twice that, below the maximum.
+#[test]
+fn slow_readers_hold_their_initial_window_and_a_moderate_one_what_it_drains() {
+    const K: usize = 20;
+    let initial = u64::from(pacific().initial_stream_window);
+    let mut w = World::new(2, Policy::LeastOutstanding, Policy::LeastOutstanding);
+    wait_for_rtt(&mut w);
+    let slow: Vec<u64> = (0..K).map(|_| w.open(4_000_000, 0)).collect();
+    for &id in &slow {
+        w.slow.insert(id, (0, 250));
+    }
+    let moderate = w.open(40_000_000, 0);
+    w.slow.insert(moderate, (0, 2_000));
+    for _ in 0..3000 {
+        w.step();
+        let held: u64 = slow
+            .iter()
+            .map(|&id| w.edge.stream(id).unwrap().recv_buffered)
+            .sum();
+        assert!(
+            held <= K as u64 * initial,
+            "{K} slow readers buffer {held} bytes"
+        );
+    }
+    for &id in &slow {
+        let s = w.edge.stream(id).unwrap();
+        assert_eq!(s.recv_window, initial, "a slow reader's window grew");
+        assert!(w.streams[&id].received >= 700_000, "slow reader starved");
+    }
+    let rtt_s = 2.0 * w.delay_ticks as f64 / 1000.0;
+    let rate = 2_000_000.0;
+    let win = w.edge.stream(moderate).unwrap().recv_window as f64;
+    assert!(
+        win >= 4.0 * rate * rtt_s && win <= 8.0 * rate * rtt_s,
+        "moderate reader's window {win}"
+    );
+    assert!(win < f64::from(pacific().stream_window));
 }

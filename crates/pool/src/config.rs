@@ -38,7 +38,7 @@ pub const DEFAULT_OUTSTANDING_REFRESH: Duration = Duration::from_millis(5);
 /// [`PoolError::StreamLimit`](crate::PoolError::StreamLimit). Each waiter holds its request's
 /// first bytes (at most a request head, 64 KiB at the edge's default `max_header_bytes`), so
 /// the queue holds at most 64 MiB. 1024 is a quarter of the default stream limit of a TCP
-/// pool's session (4096, [`mux::config::DEFAULT_SESSION_STREAMS`]; 330 at 130 ms and
+/// pool's session (4096, [`mux::config::DEFAULT_SESSION_STREAMS`]; 165 at 130 ms and
 /// 100 Mbit/s with a remote of an older release, without connection credit) and of a QUIC pool
 /// of four connections: enough to absorb the page loads of many clients arriving together
 /// above saturation; a longer queue would only add delay, since it drains no faster than

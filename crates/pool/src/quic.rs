@@ -15,6 +15,33 @@
 //!
 //! What it does NOT do: no mux framing (QUIC has streams, credit and resets),
 //! no 0-RTT, no connection migration handling beyond quinn's, no datagrams.
+//! The HELLO and stream header it writes are encoded by `mux::frame::quic`.
+//!
+//! # Receive windows: what quinn 0.11 allows
+//!
+//! The TCP carrier's stream windows autotune (`mux::session::credit`: 256 KiB, doubling while
+//! the reader keeps up, up to `link.stream_window_bdp` × BDP). quinn 0.11 (quinn-proto 0.11.19)
+//! cannot do that per stream: `TransportConfig::stream_receive_window` is copied once into the
+//! connection's stream state (`StreamsState::stream_receive_window`, `pub(super)`, no setter),
+//! sent as the `initial_max_stream_data_*` transport parameters, and every `MAX_STREAM_DATA`
+//! update advertises `bytes_read + stream_receive_window` (`streams/recv.rs`,
+//! `max_stream_data`): each stream of a connection has that same window for its whole life,
+//! and neither `quinn::RecvStream` nor `quinn::Connection` can change it. What is adjustable at
+//! run time is the connection's window (`Connection::set_receive_window`, which grows
+//! `MAX_DATA` at once or shrinks it as data is read) and the send window.
+//!
+//! So the QUIC carrier gives every stream the maximum, `stream_receive_window` = the mux
+//! `stream_window` (4 × BDP by default: 6.5 MB at 130 ms and 100 Mbit/s), because a small
+//! fixed window would cap every large transfer for good: with 2 × BDP one 50 MB reply on the
+//! `lossy` profile took 1.26 × direct through QUIC against 1.09 at 4 × BDP (benches/README.md,
+//! lossy). The cost: a reader that stops holds a whole maximum window (100 stalled clients at
+//! the default link: up to 650 MB, where the TCP carrier holds 25 MiB), bounded per connection
+//! by the connection window, [`DEFAULT_RECEIVE_WINDOW`] (256 MiB); readers that keep up are
+//! unaffected. The connection window is not autotuned either: it is at least the largest
+//! stream window, so it never limits one stream, and a connection carries at most line rate,
+//! which one stream's window already covers; growing it would only raise the memory bound.
+//! Where memory for slow readers matters more than one transfer's rate, lower
+//! `link.stream_window_bdp` (both carriers) or use the TCP carrier.
 
 use std::collections::HashMap;
 use std::io;
@@ -42,8 +69,8 @@ use crate::stats::{ConnStats, LaneState};
 use crate::tls::{TlsClient, TlsServer, ALPN};
 use crate::{Incoming, MuxStream, PoolError, StreamError};
 
-/// Version byte of the QUIC HELLO and of every stream header (§8.1, §8.2).
-pub const QUIC_MAPPING_VERSION: u8 = 1;
+pub use mux::frame::QUIC_MAPPING_VERSION;
+use mux::frame::{QuicHello, StreamHeader, QUIC_HELLO_LEN};
 /// Idle timeout: a connection that hears nothing from its peer this long is
 /// closed and re-dialled (black-hole detection). Three keep-alive periods.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,7 +79,7 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(10);
 /// Connection receive window: the TCP carrier's connection credit,
 /// [`mux::config::DEFAULT_CONN_WINDOW`] (256 MiB), bounded where quinn's default is not. It
 /// used to be 4 × BDP (6.5 MB at 130 ms and 100 Mbit/s), which two streams whose readers
-/// stopped, holding their 3.25 MB stream windows unread, took whole: every other stream of the
+/// stopped, holding their stream windows (then 3.25 MB) unread, took whole: every other stream of the
 /// connection then waited for them (tests/slow_readers.rs).
 pub const DEFAULT_RECEIVE_WINDOW: u64 = mux::config::DEFAULT_CONN_WINDOW as u64;
 /// Send window (sent, unacknowledged and buffered bytes) in bandwidth-delay
@@ -60,10 +87,18 @@ pub const DEFAULT_RECEIVE_WINDOW: u64 = mux::config::DEFAULT_CONN_WINDOW as u64;
 /// window until the hole is repaired, so under loss a bulk stream can fill a
 /// small window and hold up the writes of every other stream on the connection
 /// (head-of-line blocking at the sender); in the virtual-time test
-/// (tests/quic_virtual_loss.rs) that happened at 2 × BDP under 1.5 % and 3 %
-/// loss and not at 3 or 4 × BDP. Streams whose readers stop do not hold it:
+/// (tests/quic_virtual_loss.rs) the small reply waited whenever the send window was
+/// not at least one BDP above the stream window (2 × BDP streams: waits at 2, none
+/// at 3 or 4 × BDP; 4 × BDP streams: waits at 4, none at 5, 6 or 8), hence the
+/// send window is the larger of this and the stream window plus
+/// [`SEND_WINDOW_MARGIN_BDPS`]. Streams whose readers stop do not hold it:
 /// their bytes are acknowledged when they arrive, read or not.
 pub const DEFAULT_SEND_WINDOW_BDPS: u64 = 4;
+/// Bandwidth-delay products the send window exceeds the stream window by (see
+/// [`DEFAULT_SEND_WINDOW_BDPS`]): one was the least without waits in the virtual-time test,
+/// two leave a margin. 6 × BDP at the default 4 × BDP stream window (9.75 MB per connection at
+/// 130 ms and 100 Mbit/s).
+pub const SEND_WINDOW_MARGIN_BDPS: u64 = 2;
 /// Smallest send window, whatever the link (≥ 4 minimum stream windows).
 pub const MIN_CONN_WINDOW: u64 = 4 * mux::config::MIN_STREAM_WINDOW as u64;
 
@@ -101,7 +136,8 @@ pub struct QuicOptions {
     /// Initial congestion window in bytes; `None`: the controller's default
     /// (about 14.7 KB, RFC 9002).
     pub initial_window: Option<u64>,
-    /// Per-stream receive window (the mux stream window).
+    /// Per-stream receive window: the mux stream window's maximum, `mux::Config::stream_window`
+    /// (quinn cannot grow a stream's window, module doc).
     pub stream_receive_window: u64,
     /// Per-connection receive window, bounded ([`DEFAULT_RECEIVE_WINDOW`]).
     pub receive_window: u64,
@@ -124,8 +160,8 @@ impl Default for QuicOptions {
 }
 
 impl QuicOptions {
-    /// Windows sized from the link's bandwidth-delay product, with the same
-    /// stream window as the TCP pool's [`mux::Config::for_link`].
+    /// Windows sized from the link's bandwidth-delay product, with every stream window at the
+    /// maximum the TCP pool's windows grow to ([`mux::Config::for_link`]).
     pub fn for_link(rtt: Duration, rate_bps: u64) -> QuicOptions {
         QuicOptions::for_link_bdps(rtt, rate_bps, mux::config::DEFAULT_STREAM_WINDOW_BDPS)
     }
@@ -146,7 +182,9 @@ impl QuicOptions {
             initial_window: None,
             stream_receive_window: stream,
             receive_window: DEFAULT_RECEIVE_WINDOW.max(stream),
-            send_window: (DEFAULT_SEND_WINDOW_BDPS * bdp).max(MIN_CONN_WINDOW),
+            send_window: (stream + SEND_WINDOW_MARGIN_BDPS * bdp)
+                .max(DEFAULT_SEND_WINDOW_BDPS * bdp)
+                .max(MIN_CONN_WINDOW),
             max_streams: mux::config::DEFAULT_MAX_STREAMS,
             keep_alive: DEFAULT_KEEP_ALIVE,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
@@ -602,44 +640,25 @@ impl Drop for Reserved {
     }
 }
 
-/// Stream header: version, kind, id, target (§8.2).
+/// Stream header (§8.2, [`StreamHeader`]) followed by the first bytes.
 fn encode_header(kind: Kind, id: u64, target: &str, first: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(12 + target.len() + first.len());
-    b.push(QUIC_MAPPING_VERSION);
-    b.push(match kind {
-        Kind::Http => 0,
-        Kind::Tunnel => 1,
-    });
-    b.extend_from_slice(&id.to_be_bytes());
-    b.extend_from_slice(&(target.len() as u16).to_be_bytes());
-    b.extend_from_slice(target.as_bytes());
+    let mut b = Vec::with_capacity(StreamHeader::encoded_len(target) + first.len());
+    StreamHeader::encode_parts(&mut b, kind, id, target);
     b.extend_from_slice(first);
     b
 }
 
 async fn read_header(recv: &mut quinn::RecvStream) -> Result<(Kind, u64, String), String> {
-    let mut h = [0u8; 12];
+    let mut h = [0u8; StreamHeader::FIXED_LEN];
     recv.read_exact(&mut h)
         .await
         .map_err(|e| format!("stream header: {e}"))?;
-    if h[0] != QUIC_MAPPING_VERSION {
-        return Err(format!("stream header version {} unsupported", h[0]));
-    }
-    let kind = match h[1] {
-        0 => Kind::Http,
-        1 => Kind::Tunnel,
-        k => return Err(format!("stream kind {k} unknown")),
-    };
-    let id = u64::from_be_bytes(h[2..10].try_into().unwrap_or_default());
-    let len = usize::from(u16::from_be_bytes([h[10], h[11]]));
-    if len == 0 || len > mux::frame::MAX_TARGET_LEN {
-        return Err(format!("stream target length {len} out of range"));
-    }
+    let (kind, id, len) = StreamHeader::decode_fixed(&h).map_err(|e| e.to_string())?;
     let mut t = vec![0u8; len];
     recv.read_exact(&mut t)
         .await
         .map_err(|e| format!("stream target: {e}"))?;
-    let target = String::from_utf8(t).map_err(|_| "stream target is not UTF-8".to_string())?;
+    let target = StreamHeader::decode_target(t).map_err(|e| e.to_string())?;
     Ok((kind, id, target))
 }
 
@@ -958,9 +977,11 @@ impl Dial {
             .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e.to_string()))?;
         check_alpn(&conn, addr)?;
         let mut ctl = conn.open_uni().await.map_err(io::Error::other)?;
-        let mut hello = [0u8; 9];
-        hello[0] = QUIC_MAPPING_VERSION;
-        hello[1..].copy_from_slice(&self.session.to_be_bytes());
+        let hello = QuicHello {
+            version: QUIC_MAPPING_VERSION,
+            session: self.session,
+        }
+        .encode();
         ctl.write_all(&hello).await.map_err(io::Error::from)?;
         let _ = ctl.finish();
         // Under TLS 1.3 the client finishes its handshake before the server
@@ -1298,7 +1319,7 @@ async fn serve_conn(
     check_alpn(&conn, peer)?;
     let hello = tokio::time::timeout(hs, async {
         let mut ctl = conn.accept_uni().await.map_err(io::Error::other)?;
-        let mut h = [0u8; 9];
+        let mut h = [0u8; QUIC_HELLO_LEN];
         ctl.read_exact(&mut h).await.map_err(io::Error::other)?;
         Ok::<_, io::Error>(h)
     })
@@ -1317,14 +1338,14 @@ async fn serve_conn(
             ));
         }
     };
-    if h[0] != QUIC_MAPPING_VERSION {
+    let QuicHello { version, session } = QuicHello::decode(&h);
+    if version != QUIC_MAPPING_VERSION {
         conn.close(code(ErrorCode::VERSION_MISMATCH), b"unsupported version");
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("QUIC HELLO version {} unsupported", h[0]),
+            format!("QUIC HELLO version {version} unsupported"),
         ));
     }
-    let session = u64::from_be_bytes(h[1..].try_into().unwrap_or_default());
     let mut reply = conn.open_uni().await.map_err(io::Error::other)?;
     reply
         .write_all(&[QUIC_MAPPING_VERSION])

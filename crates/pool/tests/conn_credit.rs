@@ -43,9 +43,9 @@ async fn open(pool: &Pool, first: &[u8]) -> MuxStream {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_holds_more_streams_than_the_old_budget_of_whole_windows() {
-    // Defaults (130 ms, 100 Mbit/s): 3.25 MB stream windows, of which 1 GiB holds 330.
+    // Defaults (130 ms, 100 Mbit/s): stream windows grow to 6.5 MB, of which 1 GiB holds 165.
     let cfg = mux::Config::default();
-    assert_eq!(cfg.legacy_max_streams(), 330);
+    assert_eq!(cfg.legacy_max_streams(), 165);
     let (_server, pool) = pair(cfg, 2).await;
     assert_eq!(
         pool.stream_limit(),

@@ -385,17 +385,21 @@ async fn server_loss_resets_streams_retryably_and_the_pool_reconnects() {
 #[test]
 fn options_are_validated_and_windows_follow_the_link() {
     let o = QuicOptions::for_link(Duration::from_millis(300), 200_000_000);
-    // BDP = 7.5 MB: send window 4 × BDP; the receive window is the mux connection window.
+    // BDP = 7.5 MB: send window the stream window (16 MiB, below) + 2 × BDP; the receive
+    // window is the mux connection window.
     assert_eq!(o.receive_window, 256 * 1024 * 1024);
-    assert_eq!(o.send_window, 30_000_000);
+    assert_eq!(o.send_window, 16 * 1024 * 1024 + 15_000_000);
     assert!(o.stream_receive_window <= o.receive_window);
     assert!(o.validate().is_ok());
-    // The stream window is 15 MB: a QUIC connection keeps its 1024 streams, its buffered bytes
-    // being bounded by the connection windows, and so does the TCP pool's session (4096) with
-    // its connection credit; only with a peer without it does the TCP session take 71.
+    // The stream window (at most) is 16 MiB (4 × BDP = 30 MB, clamped): a QUIC connection
+    // keeps its 1024 streams, its buffered bytes being bounded by the connection windows, and
+    // so does the TCP pool's session (4096) with its connection credit; only with a peer
+    // without it does the TCP session take 64.
     let m = mux::Config::for_link(Duration::from_millis(300), 200_000_000);
+    assert_eq!(m.stream_window, mux::config::MAX_STREAM_WINDOW);
+    assert_eq!(o.stream_receive_window, u64::from(m.stream_window));
     assert_eq!(m.max_streams, 4096);
-    assert_eq!(m.legacy_max_streams(), 71);
+    assert_eq!(m.legacy_max_streams(), 64);
     assert_eq!(o.max_streams, 1024);
     let bad = QuicOptions {
         keep_alive: Duration::from_secs(40),

@@ -38,8 +38,9 @@
 //! (the TCP model builds no queue at all); and quinn keeps data acknowledged beyond a hole
 //! counted in the connection-wide send window until the hole is repaired, so under random
 //! loss the bulk stream can fill a 2-BDP send window and hold up the small reply's writes
-//! (the "write wait", a head-of-line block at the sender; with 3 BDP or more the write waits
-//! vanish in these runs, which is why the product's default is 4 BDP). Set
+//! (the "write wait", a head-of-line block at the sender; once the send window is a BDP or more
+//! above the stream window the write waits vanish in these runs, which is why the product's
+//! send window is the stream window plus 2 BDP). Set
 //! `LONGHAUL_VT_SEND_WINDOW_BDPS` to try another send window.
 //!
 //! TCP side: a plain in-order pipe, not `mux::Session`: the server's mux scheduler is

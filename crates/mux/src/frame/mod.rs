@@ -1,5 +1,6 @@
 //! Frames of the wire format (PROTOCOL.md §2–§5): one module per frame type,
-//! each with a symmetric `decode`/`encode` pair.
+//! each with a symmetric `decode`/`encode` pair, and the QUIC mapping's HELLO and
+//! stream header (PROTOCOL.md §8, module `quic`).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -11,6 +12,7 @@ mod goaway;
 mod hello;
 mod open;
 mod ping;
+mod quic;
 mod reset;
 mod window;
 
@@ -19,6 +21,7 @@ pub use goaway::GoAway;
 pub use hello::{Hello, Role, HELLO_LEN};
 pub use open::{Kind, Open, MAX_TARGET_LEN};
 pub use ping::Ping;
+pub use quic::{QuicHeaderError, QuicHello, StreamHeader, QUIC_HELLO_LEN, QUIC_MAPPING_VERSION};
 pub use reset::Reset;
 pub use window::Window;
 

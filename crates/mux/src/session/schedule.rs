@@ -1,0 +1,217 @@
+//! Scheduling (PROTOCOL.md §5.1): which lane a stream direction is bound to
+//! (by the [`Policy`](crate::Policy) over each lane's [`Load`]), where control
+//! frames go, and how a lane's transmit buffer is filled: control frames first,
+//! then stream frames round-robin within the lane's connection credit.
+//!
+//! What it does NOT do: pace or measure the link; the driver reports kernel
+//! queues and congestion windows.
+
+use super::{ConnId, ConnState, Session, StreamError};
+use crate::error::ErrorCode;
+use crate::frame::{Data, Open, Reset};
+use crate::policy::Load;
+
+impl Session {
+    /// Appends frames for `conn` to `out`: control frames first, then stream
+    /// frames round-robin over the streams bound here, stopping once about
+    /// `max` bytes were added (one frame may overshoot by less than a frame).
+    /// Returns the number of bytes appended (0: nothing to send). [`Session::poll_transmit`].
+    pub(super) fn transmit(&mut self, conn: ConnId, max: usize, out: &mut Vec<u8>) -> usize {
+        let start = out.len();
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return 0;
+        };
+        out.extend_from_slice(&c.ctrl);
+        c.ctrl.clear();
+        if c.state == ConnState::Closing {
+            c.sendq.clear();
+            return out.len() - start;
+        }
+        let max_frame = c.peer_max_frame.min(self.cfg.max_frame_size as usize);
+        while out.len() - start < max {
+            let Some(c) = self.conns.get_mut(&conn) else {
+                break;
+            };
+            // Out of connection credit: the streams stay queued until a WINDOW for stream 0
+            // arrives on this lane (PROTOCOL.md §4.1).
+            let credit = if c.conn_credit {
+                c.send.available()
+            } else {
+                u64::MAX
+            };
+            if credit == 0 {
+                break;
+            }
+            let Some(id) = c.sendq.pop_front() else {
+                break;
+            };
+            let (more, used) = self.emit_one(id, max_frame, credit, out);
+            if let Some(c) = self.conns.get_mut(&conn) {
+                if c.conn_credit {
+                    c.send.spend(used);
+                }
+            }
+            if let Some(s) = self.streams.get(&id) {
+                if s.cancel_after_fin && s.fin_sent && s.reset.is_none() && !s.cleanly_done() {
+                    // Behind the FIN on the same connection: the peer reads
+                    // everything we wrote, then learns we stopped reading.
+                    Reset {
+                        stream: id,
+                        code: ErrorCode::CANCEL,
+                    }
+                    .encode(out);
+                    self.reset_local(id, ErrorCode::CANCEL, false, false);
+                }
+            }
+            if let Some(s) = self.streams.get_mut(&id) {
+                s.in_sendq = more;
+                if more {
+                    if let Some(c) = self.conns.get_mut(&conn) {
+                        c.sendq.push_back(id);
+                    }
+                }
+            }
+            self.account(id);
+            self.gc(id);
+        }
+        out.len() - start
+    }
+
+    pub(super) fn announce(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if !c.announced {
+                c.announced = true;
+                self.ready.push_back(conn);
+            }
+        }
+    }
+
+    /// Picks an Up lane by the policy (PROTOCOL.md §5.1); a new stream
+    /// (`for_open`) skips lanes whose peer is draining.
+    pub(super) fn choose_conn(&mut self, for_open: bool) -> Option<ConnId> {
+        self.scratch.clear();
+        self.scratch_loads.clear();
+        for (id, c) in &self.conns {
+            if c.state == ConnState::Up && !(for_open && c.peer_draining) {
+                let l = Load {
+                    outstanding: c.outstanding(),
+                    streams: c.streams,
+                    window: c.window,
+                };
+                self.scratch.push((*id, l));
+                self.scratch_loads.push(l);
+            }
+        }
+        let i = self
+            .policy
+            .choose(&self.scratch_loads, &mut self.rr_cursor)?;
+        Some(self.scratch[i].0)
+    }
+
+    /// Least-outstanding Up lane for a control frame, preferring `prefer`.
+    pub(super) fn control_conn(
+        &self,
+        prefer: Option<ConnId>,
+        exclude: Option<ConnId>,
+    ) -> Option<ConnId> {
+        if let Some(p) = prefer {
+            if Some(p) != exclude && self.conns.get(&p).is_some_and(|c| c.state == ConnState::Up) {
+                return Some(p);
+            }
+        }
+        self.conns
+            .iter()
+            .filter(|(id, c)| c.state == ConnState::Up && Some(**id) != exclude)
+            .min_by_key(|(id, c)| (c.outstanding(), **id))
+            .map(|(id, _)| *id)
+    }
+
+    pub(super) fn bind_send(&mut self, id: u64) -> Result<(), StreamError> {
+        let s = self.streams.get(&id).ok_or(StreamError::Unknown(id))?;
+        if s.send_conn.is_some() {
+            return Ok(());
+        }
+        let recv_conn = s.recv_conn;
+        let Some(conn) = self.choose_conn(false) else {
+            self.reset_local(id, ErrorCode::CONNECTION_LOST, false, false);
+            return Err(StreamError::Reset {
+                code: ErrorCode::CONNECTION_LOST,
+                retryable: false,
+            });
+        };
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.send_conn = Some(conn);
+        }
+        if recv_conn != Some(conn) {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.streams += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-counts a stream's sendable bytes into its lane and (re)queues it.
+    pub(super) fn account(&mut self, id: u64) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let new = s.sendable();
+        let old = s.accounted;
+        s.accounted = new;
+        let Some(conn) = s.send_conn else {
+            return;
+        };
+        let enqueue = s.has_send_work() && !s.in_sendq;
+        if enqueue {
+            s.in_sendq = true;
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.queued_streams = (c.queued_streams + new).saturating_sub(old);
+            if enqueue {
+                c.sendq.push_back(id);
+            }
+        }
+        if enqueue {
+            self.announce(conn);
+        }
+    }
+
+    /// Frames one OPEN or DATA of stream `id` with at most `credit` bytes of data (the
+    /// lane's connection credit); returns whether more is to send and the bytes framed.
+    pub(super) fn emit_one(
+        &mut self,
+        id: u64,
+        max_frame: usize,
+        credit: u64,
+        out: &mut Vec<u8>,
+    ) -> (bool, u64) {
+        let Some(s) = self.streams.get_mut(&id) else {
+            return (false, 0);
+        };
+        if !s.has_send_work() {
+            return (false, 0);
+        }
+        let sendable = s.sendable().min(credit) as usize;
+        if let Some(target) = s.open_target.take() {
+            // PROTOCOL.md §3.2: OPEN carries the first bytes.
+            let room = max_frame.saturating_sub(Open::prefix_len(&target));
+            let n = sendable.min(room);
+            let data = s.take_send(n);
+            let fin = s.fin_queued && s.send_buf_len == 0;
+            Open::encode_parts(out, id, s.kind, &target, &data, fin);
+            s.send.spend(n as u64);
+            s.bytes_sent += n as u64;
+            s.fin_sent = fin;
+            (s.has_send_work(), n as u64)
+        } else {
+            let n = sendable.min(max_frame);
+            let data = s.take_send(n);
+            let fin = s.fin_queued && s.send_buf_len == 0;
+            Data::encode_parts(out, id, &data, fin);
+            s.send.spend(n as u64);
+            s.bytes_sent += n as u64;
+            s.fin_sent = fin;
+            (s.has_send_work(), n as u64)
+        }
+    }
+}

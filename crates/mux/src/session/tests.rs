@@ -1,0 +1,956 @@
+//! Session tests in virtual time: a [`Pair`] of sessions joined by one lane,
+//! bytes shuttled until quiet.
+
+use super::*;
+use crate::frame::{Data as DataFrame, Open, Ping, Reset, Window, HELLO_LEN};
+
+/// Fixed stream windows (initial = maximum, 500 kB): the tests of credit, limits and
+/// lifecycle see exactly the window they grant; [`tuned`] is the default with autotuning.
+fn cfg() -> Config {
+    let c = tuned();
+    Config {
+        initial_stream_window: c.stream_window,
+        ..c
+    }
+}
+
+/// The defaults for a 100 ms, 10 Mbit/s link: streams start at 256 KiB and grow to
+/// 4 × BDP = 500 kB.
+fn tuned() -> Config {
+    Config::for_link(Duration::from_millis(100), 10_000_000)
+}
+
+struct Pair {
+    t: Instant,
+    edge: Session,
+    remote: Session,
+    e: ConnId,
+    r: ConnId,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        Pair::with(cfg(), cfg())
+    }
+
+    fn with(edge_cfg: Config, remote_cfg: Config) -> Pair {
+        let t = Instant::now();
+        let mut edge = Session::new(Role::Edge, 9, edge_cfg, Policy::LeastOutstanding);
+        let mut remote = Session::new(Role::Remote, 9, remote_cfg, Policy::LeastOutstanding);
+        let e = edge.add_connection(t);
+        let r = remote.add_connection(t);
+        let mut p = Pair {
+            t,
+            edge,
+            remote,
+            e,
+            r,
+        };
+        p.shuttle();
+        assert_eq!(p.edge.up_connections(), 1);
+        assert_eq!(p.remote.up_connections(), 1);
+        assert_eq!(p.edge_events(), [Event::ConnectionUp(e)]);
+        assert_eq!(p.remote_events(), [Event::ConnectionUp(r)]);
+        p
+    }
+
+    /// Moves every pending byte both ways until quiet.
+    fn shuttle(&mut self) {
+        loop {
+            let mut a = Vec::new();
+            let mut b = Vec::new();
+            self.edge.poll_transmit(self.e, usize::MAX, &mut a);
+            self.remote.poll_transmit(self.r, usize::MAX, &mut b);
+            if a.is_empty() && b.is_empty() {
+                return;
+            }
+            self.remote.handle_input(self.r, &a, self.t);
+            self.edge.handle_input(self.e, &b, self.t);
+        }
+    }
+
+    fn remote_events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.remote.poll_event()).collect()
+    }
+
+    fn edge_events(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.edge.poll_event()).collect()
+    }
+
+    /// Feeds raw bytes to the remote as if the edge sent them.
+    fn feed_remote(&mut self, bytes: &[u8]) {
+        self.remote.handle_input(self.r, bytes, self.t);
+    }
+}
+
+fn closing_code(events: &[Event]) -> Option<ErrorCode> {
+    events.iter().find_map(|e| match e {
+        Event::ConnectionClosing { code, .. } => Some(*code),
+        _ => None,
+    })
+}
+
+fn read_all(s: &mut Session, id: u64) -> (Vec<u8>, bool) {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(id, &mut buf) {
+            Ok(Read::Data(n)) => out.extend_from_slice(&buf[..n]),
+            Ok(Read::Fin) => return (out, true),
+            Ok(Read::Blocked) | Err(_) => return (out, false),
+        }
+    }
+}
+
+#[test]
+fn open_carries_first_bytes_and_both_directions_end_cleanly() {
+    let mut p = Pair::new();
+    let id = p
+        .edge
+        .open(Kind::Tunnel, "example.org:443", b"hello", true)
+        .unwrap();
+    p.shuttle();
+    let ev = p.remote_events();
+    assert!(ev.contains(&Event::Incoming {
+        id,
+        kind: Kind::Tunnel,
+        target: "example.org:443".into()
+    }));
+    assert_eq!(read_all(&mut p.remote, id), (b"hello".to_vec(), true));
+    assert_eq!(p.remote.send(id, b"world").unwrap(), 5);
+    p.remote.finish(id).unwrap();
+    p.remote.release(id);
+    p.shuttle();
+    assert_eq!(read_all(&mut p.edge, id), (b"world".to_vec(), true));
+    p.edge.release(id);
+    assert_eq!(p.edge.stream_count(), 0);
+    assert_eq!(p.remote.stream_count(), 0);
+}
+
+#[test]
+fn first_frame_must_be_hello() {
+    let t = Instant::now();
+    let mut remote = Session::new(Role::Remote, 1, cfg(), Policy::RoundRobin);
+    let r = remote.add_connection(t);
+    let mut b = Vec::new();
+    Ping {
+        ack: false,
+        payload: 1,
+    }
+    .encode(&mut b);
+    remote.handle_input(r, &b, t);
+    let ev: Vec<_> = std::iter::from_fn(|| remote.poll_event()).collect();
+    assert_eq!(closing_code(&ev), Some(ErrorCode::PROTOCOL_ERROR));
+    let mut out = Vec::new();
+    remote.poll_transmit(r, usize::MAX, &mut out);
+    // Our HELLO, then the GOAWAY naming the error.
+    let mut buf = BytesMut::from(&out[..]);
+    assert!(matches!(
+        Frame::decode(&mut buf, 65535),
+        Ok(Some(Frame::Hello(_)))
+    ));
+    match Frame::decode(&mut buf, 65535) {
+        Ok(Some(Frame::GoAway(g))) => {
+            assert_eq!(g.code, ErrorCode::PROTOCOL_ERROR);
+            assert!(g.reason.contains("HELLO"), "{}", g.reason);
+        }
+        other => panic!("expected GOAWAY, got {other:?}"),
+    }
+    assert!(remote.wants_close(r));
+}
+
+#[test]
+fn hello_version_role_and_session_are_checked() {
+    let t = Instant::now();
+    for (version, role, session, code) in [
+        (2, Role::Edge, 1, ErrorCode::VERSION_MISMATCH),
+        (VERSION, Role::Remote, 1, ErrorCode::PROTOCOL_ERROR),
+        (VERSION, Role::Edge, 2, ErrorCode::PROTOCOL_ERROR),
+    ] {
+        let mut remote = Session::new(Role::Remote, 1, cfg(), Policy::RoundRobin);
+        let r = remote.add_connection(t);
+        let mut b = Vec::new();
+        Hello {
+            version,
+            role,
+            session,
+            max_frame_size: 16384,
+            initial_window: 65536,
+            max_streams: 10,
+            conn_window: None,
+        }
+        .encode(&mut b);
+        assert_eq!(b.len(), 5 + HELLO_LEN);
+        remote.handle_input(r, &b, t);
+        let ev: Vec<_> = std::iter::from_fn(|| remote.poll_event()).collect();
+        assert_eq!(
+            closing_code(&ev),
+            Some(code),
+            "{version} {role:?} {session}"
+        );
+    }
+}
+
+#[test]
+fn handshake_times_out() {
+    let t = Instant::now();
+    let mut edge = Session::new(Role::Edge, 1, cfg(), Policy::RoundRobin);
+    let c = edge.add_connection(t);
+    let deadline = edge.poll_timeout().unwrap();
+    assert_eq!(deadline, t + cfg().handshake_timeout);
+    edge.handle_timeout(deadline);
+    let ev: Vec<_> = std::iter::from_fn(|| edge.poll_event()).collect();
+    assert_eq!(closing_code(&ev), Some(ErrorCode::TIMEOUT));
+    assert_eq!(edge.connection(c).unwrap().state, ConnState::Closing);
+}
+
+#[test]
+fn open_ids_must_increase_per_connection() {
+    let mut p = Pair::new();
+    let mut b = Vec::new();
+    Open::encode_parts(&mut b, 5, Kind::Http, "a:80", b"", false);
+    Open::encode_parts(&mut b, 3, Kind::Http, "a:80", b"", false);
+    p.feed_remote(&b);
+    let ev = p.remote_events();
+    assert!(matches!(ev[0], Event::Incoming { id: 5, .. }));
+    assert_eq!(closing_code(&ev), Some(ErrorCode::PROTOCOL_ERROR));
+}
+
+#[test]
+fn data_for_a_stream_never_opened_is_a_protocol_error() {
+    let mut p = Pair::new();
+    let mut b = Vec::new();
+    DataFrame::encode_parts(&mut b, 40, b"x", false);
+    p.feed_remote(&b);
+    assert_eq!(
+        closing_code(&p.remote_events()),
+        Some(ErrorCode::PROTOCOL_ERROR)
+    );
+}
+
+#[test]
+fn sending_beyond_the_window_resets_only_that_stream() {
+    let mut p = Pair::new();
+    let window = cfg().stream_window as usize;
+    let mut b = Vec::new();
+    Open::encode_parts(&mut b, 1, Kind::Tunnel, "a:1", b"", false);
+    Open::encode_parts(&mut b, 2, Kind::Tunnel, "a:2", b"ok", false);
+    let chunk = vec![0u8; 16384];
+    let mut sent = 0;
+    while sent <= window {
+        DataFrame::encode_parts(&mut b, 1, &chunk, false);
+        sent += chunk.len();
+    }
+    p.feed_remote(&b);
+    let ev = p.remote_events();
+    assert!(ev.contains(&Event::Reset {
+        id: 1,
+        code: ErrorCode::FLOW_CONTROL_ERROR,
+        retryable: false
+    }));
+    assert_eq!(closing_code(&ev), None);
+    assert_eq!(read_all(&mut p.remote, 2).0, b"ok");
+    // The RESET goes back to the edge.
+    let mut out = Vec::new();
+    p.remote.poll_transmit(p.r, usize::MAX, &mut out);
+    let mut buf = BytesMut::from(&out[..]);
+    let mut saw_reset = false;
+    while let Ok(Some(f)) = Frame::decode(&mut buf, 65535) {
+        saw_reset |= f
+            == Frame::Reset(Reset {
+                stream: 1,
+                code: ErrorCode::FLOW_CONTROL_ERROR,
+            });
+    }
+    assert!(saw_reset);
+}
+
+#[test]
+fn writes_stop_at_the_window_and_resume_as_the_reader_consumes() {
+    let mut p = Pair::new();
+    let window = cfg().stream_window as usize;
+    let id = p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap();
+    let big = vec![7u8; window * 2];
+    let n = p.edge.send(id, &big).unwrap();
+    assert_eq!(n, window, "the application may only write within credit");
+    assert_eq!(p.edge.send(id, &big).unwrap(), 0);
+    p.shuttle();
+    assert_eq!(
+        p.edge.send(id, &big).unwrap(),
+        0,
+        "no credit back before reads"
+    );
+    let _ = p.remote_events();
+    let mut buf = vec![0u8; window / 2];
+    assert_eq!(p.remote.read(id, &mut buf).unwrap(), Read::Data(window / 2));
+    p.shuttle();
+    assert!(p.edge_events().contains(&Event::Writable(id)));
+    assert_eq!(p.edge.send_capacity(id), window / 2);
+}
+
+/// `cfg()` with a connection window of two stream windows.
+fn narrow() -> Config {
+    let c = cfg();
+    Config {
+        conn_window: 2 * c.stream_window,
+        ..c
+    }
+}
+
+fn buffered(s: &Session, ids: &[u64]) -> u64 {
+    ids.iter()
+        .filter_map(|&id| s.stream(id))
+        .map(|st| st.recv_buffered)
+        .sum()
+}
+
+#[test]
+fn connection_credit_bounds_what_a_connection_buffers_and_everything_arrives() {
+    let mut p = Pair::with(narrow(), narrow());
+    let window = cfg().stream_window as usize;
+    let ids: Vec<u64> = (0..3)
+        .map(|_| p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap())
+        .collect();
+    for &id in &ids {
+        assert_eq!(p.edge.send(id, &vec![1u8; window]).unwrap(), window);
+    }
+    p.shuttle();
+    assert_eq!(
+        buffered(&p.remote, &ids),
+        2 * window as u64,
+        "the connection carried its credit and no more"
+    );
+    assert!(!p.edge.has_transmit(p.e), "the rest waits for credit");
+    let held = p.remote.connection(p.r).unwrap().credit_held;
+    assert_eq!(held, Some(2 * window as u64));
+    assert_eq!(p.edge.connection(p.e).unwrap().send_credit, Some(0));
+    // Reading returns the credit; the rest follows, never more than the window buffered.
+    let mut read = 0;
+    for _ in 0..100 {
+        for &id in &ids {
+            read += read_all(&mut p.remote, id).0.len();
+        }
+        p.shuttle();
+        assert!(buffered(&p.remote, &ids) <= 2 * window as u64);
+        if read == 3 * window {
+            break;
+        }
+    }
+    assert_eq!(read, 3 * window);
+    // All read: at most the last quarter window's credit is still to be returned.
+    let held = p.remote.connection(p.r).unwrap().credit_held.unwrap();
+    assert!(held < window as u64 / 4, "{held}");
+}
+
+#[test]
+fn discarded_bytes_return_connection_credit() {
+    let mut p = Pair::with(narrow(), narrow());
+    let window = cfg().stream_window as usize;
+    let ids: Vec<u64> = (0..3)
+        .map(|_| p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap())
+        .collect();
+    for &id in &ids[..2] {
+        assert_eq!(p.edge.send(id, &vec![1u8; window]).unwrap(), window);
+    }
+    p.shuttle();
+    assert_eq!(buffered(&p.remote, &ids), 2 * window as u64);
+    p.edge.send(ids[2], b"third").unwrap();
+    p.shuttle();
+    assert_eq!(read_all(&mut p.remote, ids[2]).0, b"", "no credit left");
+    // The remote gives up on the first two streams unread: their bytes' credit returns.
+    p.remote.reset(ids[0], ErrorCode::CANCEL);
+    p.remote.release(ids[0]);
+    p.remote.reset(ids[1], ErrorCode::CANCEL);
+    p.remote.release(ids[1]);
+    p.shuttle();
+    assert_eq!(read_all(&mut p.remote, ids[2]).0, b"third");
+}
+
+#[test]
+fn more_than_the_connection_credit_closes_the_connection() {
+    let mut p = Pair::with(narrow(), narrow());
+    let window = cfg().stream_window as usize;
+    let chunk = vec![0u8; 10_000];
+    let mut b = Vec::new();
+    for id in 1..=3u64 {
+        Open::encode_parts(&mut b, id, Kind::Tunnel, "a:1", b"", false);
+    }
+    // Each stream within its own window, the three together beyond the connection's.
+    for id in 1..=3u64 {
+        let mut sent = 0;
+        while sent + chunk.len() <= window {
+            DataFrame::encode_parts(&mut b, id, &chunk, false);
+            sent += chunk.len();
+        }
+    }
+    p.feed_remote(&b);
+    assert_eq!(
+        closing_code(&p.remote_events()),
+        Some(ErrorCode::FLOW_CONTROL_ERROR)
+    );
+}
+
+#[test]
+fn streams_are_not_limited_by_the_budget_of_whole_windows() {
+    // 1 GiB holds 165 stream windows of 6.5 MB; connection credit bounds the buffers
+    // instead, so the session takes its full max_streams.
+    let mut p = Pair::with(Config::default(), Config::default());
+    assert_eq!(Config::default().legacy_max_streams(), 165);
+    assert_eq!(
+        p.edge.stream_limit(),
+        crate::config::DEFAULT_SESSION_STREAMS
+    );
+    for _ in 0..1000 {
+        p.edge.open(Kind::Tunnel, "a:443", b"x", false).unwrap();
+    }
+    p.shuttle();
+    let incoming = p
+        .remote_events()
+        .iter()
+        .filter(|e| matches!(e, Event::Incoming { .. }))
+        .count();
+    assert_eq!(incoming, 1000);
+}
+
+#[test]
+fn a_peer_without_connection_credit_gets_the_legacy_limits() {
+    let t = Instant::now();
+    let c = Config {
+        max_buffered_bytes: 2 * u64::from(narrow().stream_window),
+        ..narrow()
+    };
+    assert_eq!(c.legacy_max_streams(), 2);
+    let mut remote = Session::new(Role::Remote, 9, c.clone(), Policy::LeastOutstanding);
+    let r = remote.add_connection(t);
+    let mut b = Vec::new();
+    Hello {
+        version: VERSION,
+        role: Role::Edge,
+        session: 9,
+        max_frame_size: 16384,
+        initial_window: 1 << 20,
+        max_streams: 100,
+        conn_window: None,
+    }
+    .encode(&mut b);
+    remote.handle_input(r, &b, t);
+    assert_eq!(remote.stream_limit(), 2);
+    // Connection credit is not counted: two full stream windows and a third OPEN's bytes
+    // (beyond the connection window) are no error, the third stream is refused.
+    b.clear();
+    let window = c.stream_window as usize;
+    for id in 1..=3u64 {
+        Open::encode_parts(&mut b, id, Kind::Tunnel, "a:1", b"x", false);
+    }
+    for id in 1..=2u64 {
+        let mut sent = 1;
+        while sent + 10_000 <= window {
+            DataFrame::encode_parts(&mut b, id, &[0u8; 10_000], false);
+            sent += 10_000;
+        }
+    }
+    remote.handle_input(r, &b, t);
+    let ev: Vec<_> = std::iter::from_fn(|| remote.poll_event()).collect();
+    assert_eq!(closing_code(&ev), None);
+    let mut out = Vec::new();
+    remote.poll_transmit(r, usize::MAX, &mut out);
+    let mut buf = BytesMut::from(&out[..]);
+    let mut frames = Vec::new();
+    while let Ok(Some(f)) = Frame::decode(&mut buf, 65535) {
+        frames.push(f);
+    }
+    assert!(frames.contains(&Frame::Reset(Reset {
+        stream: 3,
+        code: ErrorCode::REFUSED_STREAM
+    })));
+    // Reading returns stream credit only: no WINDOW for stream 0 goes to such a peer.
+    for id in 1..=2u64 {
+        read_all(&mut remote, id);
+    }
+    out.clear();
+    remote.poll_transmit(r, usize::MAX, &mut out);
+    let mut buf = BytesMut::from(&out[..]);
+    while let Ok(Some(f)) = Frame::decode(&mut buf, 65535) {
+        assert!(
+            !matches!(f, Frame::Window(Window { stream: 0, .. })),
+            "{f:?}"
+        );
+    }
+}
+
+#[test]
+fn an_edge_with_a_remote_without_connection_credit_sends_as_before() {
+    let t = Instant::now();
+    let c = Config {
+        max_buffered_bytes: 10 * u64::from(narrow().stream_window),
+        ..narrow()
+    };
+    let mut edge = Session::new(Role::Edge, 9, c.clone(), Policy::LeastOutstanding);
+    let e = edge.add_connection(t);
+    let mut b = Vec::new();
+    Hello {
+        version: VERSION,
+        role: Role::Remote,
+        session: 9,
+        max_frame_size: 16384,
+        initial_window: c.stream_window,
+        max_streams: 1000,
+        conn_window: None,
+    }
+    .encode(&mut b);
+    edge.handle_input(e, &b, t);
+    assert_eq!(c.legacy_max_streams(), 10);
+    assert_eq!(edge.stream_limit(), 10);
+    assert_eq!(edge.connection(e).unwrap().send_credit, None);
+    // Three whole stream windows leave at once, beyond our own connection window: the
+    // remote grants no connection credit, so none is counted.
+    let window = c.stream_window as usize;
+    for _ in 0..3 {
+        let id = edge.open(Kind::Tunnel, "a:1", b"", false).unwrap();
+        assert_eq!(edge.send(id, &vec![0u8; window]).unwrap(), window);
+    }
+    let mut out = Vec::new();
+    edge.poll_transmit(e, usize::MAX, &mut out);
+    assert!(out.len() > 3 * window, "{} bytes framed", out.len());
+    assert!(!edge.has_transmit(e));
+}
+
+/// One step of [`connection_credit_is_conserved`]: stream `i` is an index into the streams
+/// opened so far.
+#[derive(Debug, Clone)]
+enum Op {
+    Open(u16),
+    EdgeSend(usize, u32),
+    RemoteSend(usize, u32),
+    EdgeRead(usize, u32),
+    RemoteRead(usize, u32),
+    EdgeFinish(usize),
+    RemoteFinish(usize),
+    EdgeReset(usize),
+    RemoteReset(usize),
+    EdgeRelease(usize),
+    RemoteRelease(usize),
+    Shuttle,
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    let i = 0usize..8;
+    let n = 1u32..200_000;
+    prop_oneof![
+        (0u16..3000).prop_map(Op::Open),
+        (i.clone(), n.clone()).prop_map(|(i, n)| Op::EdgeSend(i, n)),
+        (i.clone(), n.clone()).prop_map(|(i, n)| Op::RemoteSend(i, n)),
+        (i.clone(), n.clone()).prop_map(|(i, n)| Op::EdgeRead(i, n)),
+        (i.clone(), n).prop_map(|(i, n)| Op::RemoteRead(i, n)),
+        i.clone().prop_map(Op::EdgeFinish),
+        i.clone().prop_map(Op::RemoteFinish),
+        i.clone().prop_map(Op::EdgeReset),
+        i.clone().prop_map(Op::RemoteReset),
+        i.clone().prop_map(Op::EdgeRelease),
+        i.prop_map(Op::RemoteRelease),
+        Just(Op::Shuttle),
+        Just(Op::Shuttle),
+    ]
+}
+
+/// With nothing in flight, what one side may still send on the connection plus what the
+/// other holds unreturned is the whole connection window, both ways (PROTOCOL.md §4.1).
+fn assert_conserved(p: &Pair, window: u64) {
+    let (e, r) = (
+        p.edge.connection(p.e).unwrap(),
+        p.remote.connection(p.r).unwrap(),
+    );
+    assert_eq!(
+        e.send_credit.unwrap() + r.credit_held.unwrap(),
+        window,
+        "edge to remote"
+    );
+    assert_eq!(
+        r.send_credit.unwrap() + e.credit_held.unwrap(),
+        window,
+        "remote to edge"
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+    /// Whatever the applications do (write, read, finish, reset, release, in any order),
+    /// connection credit is neither lost nor created: a leak would stall a long-lived pool
+    /// connection for good, a surplus would break the memory bound.
+    #[test]
+    fn connection_credit_is_conserved(ops in proptest::collection::vec(op(), 1..120)) {
+        let mut p = Pair::with(narrow(), narrow());
+        let window = u64::from(narrow().conn_window);
+        let mut ids: Vec<u64> = Vec::new();
+        let mut buf = vec![0u8; 200_000];
+        let pick = |ids: &[u64], i: usize| ids.get(i % ids.len().max(1)).copied();
+        for op in ops {
+            match op {
+                Op::Open(n) => {
+                    let first = vec![1u8; usize::from(n)];
+                    if let Ok(id) = p.edge.open(Kind::Tunnel, "a:1", &first, false) {
+                        ids.push(id);
+                    }
+                }
+                Op::EdgeSend(i, n) => if let Some(id) = pick(&ids, i) {
+                    let _ = p.edge.send(id, &buf[..n as usize]);
+                },
+                Op::RemoteSend(i, n) => if let Some(id) = pick(&ids, i) {
+                    let _ = p.remote.send(id, &buf[..n as usize]);
+                },
+                Op::EdgeRead(i, n) => if let Some(id) = pick(&ids, i) {
+                    let _ = p.edge.read(id, &mut buf[..n as usize]);
+                },
+                Op::RemoteRead(i, n) => if let Some(id) = pick(&ids, i) {
+                    let _ = p.remote.read(id, &mut buf[..n as usize]);
+                },
+                Op::EdgeFinish(i) => if let Some(id) = pick(&ids, i) {
+                    let _ = p.edge.finish(id);
+                },
+                Op::RemoteFinish(i) => if let Some(id) = pick(&ids, i) {
+                    let _ = p.remote.finish(id);
+                },
+                Op::EdgeReset(i) => if let Some(id) = pick(&ids, i) {
+                    p.edge.reset(id, ErrorCode::CANCEL);
+                },
+                Op::RemoteReset(i) => if let Some(id) = pick(&ids, i) {
+                    p.remote.reset(id, ErrorCode::CANCEL);
+                },
+                Op::EdgeRelease(i) => if let Some(id) = pick(&ids, i) {
+                    p.edge.release(id);
+                },
+                Op::RemoteRelease(i) => if let Some(id) = pick(&ids, i) {
+                    p.remote.release(id);
+                },
+                Op::Shuttle => {
+                    p.shuttle();
+                    assert_conserved(&p, window);
+                }
+            }
+            let _ = p.edge_events();
+            let _ = p.remote_events();
+        }
+        // Both sides read everything and let go; all credit comes back but for less than
+        // a quarter window each way.
+        for _ in 0..50 {
+            p.shuttle();
+            for &id in &ids {
+                while let Ok(Read::Data(_)) = p.edge.read(id, &mut buf) {}
+                while let Ok(Read::Data(_)) = p.remote.read(id, &mut buf) {}
+            }
+        }
+        for &id in &ids {
+            p.edge.release(id);
+            p.remote.release(id);
+        }
+        p.shuttle();
+        assert_conserved(&p, window);
+        let quarter = u64::from(narrow().stream_window) / 4;
+        proptest::prop_assert!(p.edge.connection(p.e).unwrap().credit_held.unwrap() < quarter);
+        proptest::prop_assert!(p.remote.connection(p.r).unwrap().credit_held.unwrap() < quarter);
+        proptest::prop_assert_eq!(p.edge.connection(p.e).unwrap().state, ConnState::Up);
+    }
+}
+
+#[test]
+fn stream_limit_is_the_smaller_max_streams_and_frees_on_release() {
+    let small = |n| Config {
+        max_streams: n,
+        ..cfg()
+    };
+    for (edge_max, remote_max, which) in [(10, 2, "peer"), (2, 10, "local")] {
+        let mut p = Pair::with(small(edge_max), small(remote_max));
+        let a = p.edge.open(Kind::Http, "a:80", b"", true).unwrap();
+        let _b = p.edge.open(Kind::Http, "a:80", b"", true).unwrap();
+        assert_eq!(
+            p.edge.open(Kind::Http, "a:80", b"", true),
+            Err(OpenError::StreamLimit { limit: 2, which })
+        );
+        p.shuttle();
+        p.remote.finish(a).unwrap();
+        p.remote.release(a);
+        p.shuttle();
+        assert_eq!(read_all(&mut p.edge, a), (Vec::new(), true));
+        // Not released yet: still counts.
+        assert!(!p.edge_events().contains(&Event::StreamFreed(a)));
+        assert!(p.edge.open(Kind::Http, "a:80", b"", true).is_err());
+        p.edge.release(a);
+        assert!(p.edge_events().contains(&Event::StreamFreed(a)));
+        p.edge.open(Kind::Http, "a:80", b"", true).unwrap();
+    }
+}
+
+#[test]
+fn release_after_finishing_delivers_our_bytes_then_cancels() {
+    let mut p = Pair::new();
+    let id = p.edge.open(Kind::Tunnel, "a:1", b"req", false).unwrap();
+    p.shuttle();
+    // The remote writes its reply, finishes and drops the stream without
+    // waiting for the edge's FIN.
+    p.remote.send(id, b"reply").unwrap();
+    p.remote.finish(id).unwrap();
+    p.remote.release(id);
+    p.shuttle();
+    assert_eq!(read_all(&mut p.edge, id), (b"reply".to_vec(), true));
+    assert!(p.edge_events().iter().any(|e| matches!(e,
+        Event::Reset { id: i, code: ErrorCode::CANCEL, .. } if *i == id)));
+    assert!(matches!(
+        p.edge.send(id, b"more"),
+        Err(StreamError::Reset {
+            code: ErrorCode::CANCEL,
+            ..
+        })
+    ));
+    p.edge.release(id);
+    assert_eq!(p.edge.stream_count(), 0);
+    assert_eq!(p.remote.stream_count(), 0);
+}
+
+#[test]
+fn drain_refuses_new_streams_and_they_are_retryable() {
+    let mut p = Pair::new();
+    let a = p.edge.open(Kind::Http, "a:80", b"GET", true).unwrap();
+    p.shuttle();
+    // The edge opens b while the remote's GOAWAY is in flight.
+    p.remote.go_away("maintenance");
+    let b = p.edge.open(Kind::Http, "a:80", b"GET", true).unwrap();
+    p.shuttle();
+    let ev = p.edge_events();
+    assert!(ev.contains(&Event::Reset {
+        id: b,
+        code: ErrorCode::REFUSED_STREAM,
+        retryable: true
+    }));
+    assert!(ev
+        .iter()
+        .any(|e| matches!(e, Event::GoAway { last_stream, .. } if *last_stream == a)));
+    assert_eq!(
+        p.edge.open(Kind::Http, "a:80", b"", true),
+        Err(OpenError::Draining)
+    );
+    // The stream accepted before the drain still completes.
+    p.remote.send(a, b"200").unwrap();
+    p.remote.finish(a).unwrap();
+    p.shuttle();
+    assert_eq!(read_all(&mut p.edge, a), (b"200".to_vec(), true));
+}
+
+#[test]
+fn ping_flood_without_reading_is_stopped() {
+    let t = Instant::now();
+    let small = Config {
+        max_control_bytes: 4096,
+        ..cfg()
+    };
+    let mut edge = Session::new(Role::Edge, 9, cfg(), Policy::LeastOutstanding);
+    let mut remote = Session::new(Role::Remote, 9, small, Policy::LeastOutstanding);
+    let e = edge.add_connection(t);
+    let r = remote.add_connection(t);
+    let mut hello = Vec::new();
+    edge.poll_transmit(e, usize::MAX, &mut hello);
+    let mut flood = hello;
+    for i in 0..1000 {
+        Ping {
+            ack: false,
+            payload: i,
+        }
+        .encode(&mut flood);
+    }
+    remote.handle_input(r, &flood, t);
+    let ev: Vec<_> = std::iter::from_fn(|| remote.poll_event()).collect();
+    assert_eq!(closing_code(&ev), Some(ErrorCode::ENHANCE_YOUR_CALM));
+}
+
+#[test]
+fn frames_respect_the_peer_maximum_and_ids_cost_few_bytes() {
+    let mut p = Pair::new();
+    let id = p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap();
+    p.edge.send(id, &vec![1u8; 40_000]).unwrap();
+    let mut out = Vec::new();
+    p.edge.poll_transmit(p.e, usize::MAX, &mut out);
+    let mut buf = BytesMut::from(&out[..]);
+    let mut sizes = Vec::new();
+    while let Ok(Some(f)) = Frame::decode(&mut buf, 16384) {
+        if let Frame::Open(o) = &f {
+            sizes.push(o.data.len());
+        }
+        if let Frame::Data(d) = &f {
+            sizes.push(d.data.len());
+        }
+    }
+    assert!(buf.is_empty());
+    assert_eq!(sizes.iter().sum::<usize>(), 40_000);
+    assert!(sizes.iter().all(|s| *s <= 16384));
+    // 5 header + 3 kind/len + 3 target bytes of OPEN, 5-byte DATA headers.
+    let overhead = out.len() - 40_000;
+    assert_eq!(overhead, (5 + 3 + 3) + 5 * (sizes.len() - 1));
+    assert_eq!(data_overhead(id), 5);
+}
+
+/// Receive buffers give their memory back: a stream that buffered its whole window holds a
+/// few hundred bytes once read, nothing once reset.
+#[test]
+fn drained_and_reset_streams_release_their_buffers() {
+    let mut p = Pair::new();
+    let window = cfg().stream_window as usize;
+    let ids: Vec<u64> = (0..2)
+        .map(|_| p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap())
+        .collect();
+    p.shuttle();
+    for &id in &ids {
+        assert_eq!(p.remote.send(id, &vec![3u8; window]).unwrap(), window);
+    }
+    p.shuttle();
+    for &id in &ids {
+        let s = p.edge.stream(id).unwrap();
+        assert_eq!(s.recv_buffered, window as u64);
+        assert!(s.recv_memory >= window as u64);
+    }
+    let (got, _) = read_all(&mut p.edge, ids[0]);
+    assert_eq!(got.len(), window);
+    let drained = p.edge.stream(ids[0]).unwrap();
+    assert_eq!(drained.recv_buffered, 0);
+    assert!(
+        drained.recv_memory <= 512,
+        "{} bytes held",
+        drained.recv_memory
+    );
+    p.edge.reset(ids[1], ErrorCode::CANCEL);
+    assert_eq!(p.edge.stream(ids[1]).unwrap().recv_memory, 0);
+}
+
+/// A Pair whose edge has measured a 50 ms round trip, with `n` streams opened.
+fn pair_with_rtt(n: usize) -> (Pair, Vec<u64>) {
+    let mut p = Pair::with(tuned(), tuned());
+    p.edge.handle_timeout(p.t);
+    let mut ping = Vec::new();
+    p.edge.poll_transmit(p.e, usize::MAX, &mut ping);
+    p.remote.handle_input(p.r, &ping, p.t);
+    p.t += Duration::from_millis(50);
+    p.shuttle();
+    assert_eq!(
+        p.edge.connection(p.e).unwrap().rtt,
+        Some(Duration::from_millis(50))
+    );
+    let ids = (0..n)
+        .map(|_| p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap())
+        .collect();
+    p.shuttle();
+    let _ = p.remote_events();
+    (p, ids)
+}
+
+/// A reader that empties its stream at every step grows the window to the maximum, one
+/// doubling per window read; the WINDOW frames carry the growth, so the sender may write the
+/// larger window at once. A stream beside it that is never read keeps its initial window.
+#[test]
+fn a_reader_that_keeps_up_grows_its_window_to_the_maximum() {
+    let (mut p, ids) = pair_with_rtt(2);
+    let (fast, stalled) = (ids[0], ids[1]);
+    let (initial, max) = (
+        u64::from(tuned().initial_window()),
+        u64::from(tuned().stream_window),
+    );
+    let data = vec![1u8; 64 * 1024];
+    let mut windows = vec![p.edge.stream(fast).unwrap().recv_window];
+    for _ in 0..200 {
+        for id in [fast, stalled] {
+            while p.remote.send(id, &data).unwrap_or(0) > 0 {}
+        }
+        p.shuttle();
+        read_all(&mut p.edge, fast);
+        p.shuttle();
+        p.t += Duration::from_millis(10);
+        let w = p.edge.stream(fast).unwrap().recv_window;
+        if windows.last() != Some(&w) {
+            windows.push(w);
+        }
+    }
+    assert_eq!(windows.first(), Some(&initial));
+    assert_eq!(windows.last(), Some(&max), "{windows:?}");
+    assert!(
+        windows.windows(2).all(|w| w[1] == (2 * w[0]).min(max)),
+        "{windows:?}"
+    );
+    // The sender holds the grown window but for what the reader consumed since the last
+    // WINDOW (less than a quarter window).
+    let unreturned = p.edge.streams[&fast].recv.unreturned();
+    assert!(unreturned < max / 4);
+    assert_eq!(
+        p.remote.send_capacity(fast) as u64 + unreturned,
+        max,
+        "the sender holds the grown window"
+    );
+    let s = p.edge.stream(stalled).unwrap();
+    assert_eq!((s.recv_window, s.recv_buffered), (initial, initial));
+}
+
+/// One step of [`stream_credit_is_conserved_while_windows_grow`].
+#[derive(Debug, Clone)]
+enum TuneOp {
+    /// The remote writes up to this many bytes on stream `i`.
+    Send(usize, u32),
+    /// The edge reads up to this many bytes of stream `i`.
+    Read(usize, u32),
+    /// Virtual time advances this many milliseconds.
+    Wait(u16),
+    Shuttle,
+}
+
+fn tune_op() -> impl proptest::strategy::Strategy<Value = TuneOp> {
+    use proptest::prelude::*;
+    let i = 0usize..4;
+    prop_oneof![
+        (i.clone(), 1u32..400_000).prop_map(|(i, n)| TuneOp::Send(i, n)),
+        (i, 1u32..400_000).prop_map(|(i, n)| TuneOp::Read(i, n)),
+        (0u16..300).prop_map(TuneOp::Wait),
+        Just(TuneOp::Shuttle),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// With autotuning, whatever the reader does: with nothing in flight the credit the
+    /// sender holds for a stream is exactly what the receiver counts it holding, the
+    /// receiver's window is buffered + granted + unreturned bytes, and no window leaves
+    /// initial..=maximum; connection credit stays conserved.
+    #[test]
+    fn stream_credit_is_conserved_while_windows_grow(
+        ops in proptest::collection::vec(tune_op(), 1..150),
+    ) {
+        let (mut p, ids) = pair_with_rtt(4);
+        let (initial, max) = (u64::from(tuned().initial_window()), u64::from(tuned().stream_window));
+        let data = vec![5u8; 400_000];
+        let mut buf = vec![0u8; 400_000];
+        for op in ops {
+            match op {
+                TuneOp::Send(i, n) => {
+                    let _ = p.remote.send(ids[i], &data[..n as usize]);
+                }
+                TuneOp::Read(i, n) => {
+                    let _ = p.edge.read(ids[i], &mut buf[..n as usize]);
+                }
+                TuneOp::Wait(ms) => p.t += Duration::from_millis(u64::from(ms)),
+                TuneOp::Shuttle => {
+                    p.shuttle();
+                    for &id in &ids {
+                        let (r, s) = (&p.edge.streams[&id], &p.remote.streams[&id]);
+                        proptest::prop_assert_eq!(r.recv.available(), s.send.available());
+                        let w = r.recv.window();
+                        proptest::prop_assert!((initial..=max).contains(&w), "window {}", w);
+                        proptest::prop_assert_eq!(
+                            r.recv_buf_len + r.recv.available() + r.recv.unreturned(),
+                            w
+                        );
+                    }
+                    assert_conserved(&p, u64::from(tuned().conn_window));
+                }
+            }
+            let _ = p.edge_events();
+            let _ = p.remote_events();
+        }
+    }
+}
