@@ -10,16 +10,16 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// System ids, in display order.
-pub const SYSTEMS: [&str; 7] = [
-    "direct",
-    "single-proxy",
-    "squid-chain",
-    "haproxy-h2",
-    "longhaul-tcp",
-    "longhaul-quic",
-    "floor",
-];
+/// The analytic floor's system id: computed (levels × RTT + bytes ÷ rate), never started.
+pub const FLOOR: &str = "floor";
+
+/// System ids, in display order: the registered systems ([`crate::systems::REGISTRY`]), then
+/// the floor.
+pub static SYSTEMS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    let mut ids = crate::systems::ids();
+    ids.push(FLOOR);
+    ids
+});
 
 /// Parameters of a system (longhaul's pool; empty for the others).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -162,7 +162,7 @@ impl Row {
             profile: profile.into(),
             workload: workload.into(),
             client: client.into(),
-            system: "floor".into(),
+            system: FLOOR.into(),
             params: Params::default(),
             scheme: scheme.into(),
             runs: 0,
@@ -223,7 +223,7 @@ pub fn fill_ratios(rows: &mut [Row]) {
         if r.system == "direct" {
             direct.insert((r.group(), r.params.initcwnd), r.plt_ms_median);
         }
-        if r.system == "floor" {
+        if r.system == FLOOR {
             floor.insert(r.group(), r.plt_ms_median);
         }
     }
@@ -360,7 +360,7 @@ pub fn validate(rows: &[Row]) -> Result<()> {
         if !SYSTEMS.contains(&r.system.as_str()) {
             bail!("unknown system {:?}", r.system);
         }
-        if !["replay", "chromium"].contains(&r.client.as_str()) {
+        if crate::clients::lookup(&r.client).is_none() {
             bail!("unknown client {:?}", r.client);
         }
         if !["http", "https"].contains(&r.scheme.as_str()) {
@@ -375,7 +375,7 @@ pub fn validate(rows: &[Row]) -> Result<()> {
                 r.samples_ms.len()
             );
         }
-        if r.system == "floor" && r.measured {
+        if r.system == FLOOR && r.measured {
             bail!("the floor is computed, never measured");
         }
     }
@@ -402,7 +402,7 @@ pub fn markdown_table(rows: &[Row]) -> String {
             } else {
                 r.runs.to_string()
             }
-        } else if r.system == "floor" {
+        } else if r.system == FLOOR {
             "computed".into()
         } else {
             "skipped".into()
@@ -473,7 +473,7 @@ pub fn markdown_summary(title: &str, preamble: &str, rows: &[Row]) -> String {
     s.push_str(&quic_vs_tcp_markdown(rows));
     let notes: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.note.is_some() && r.system != "floor")
+        .filter(|r| r.note.is_some() && r.system != FLOOR)
         .collect();
     if !notes.is_empty() {
         s.push_str("\n## Not measured\n\n");

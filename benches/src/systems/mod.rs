@@ -1,20 +1,38 @@
-//! The systems compared, their configuration files and their processes in the test bed.
+//! The systems compared: one type per system implementing [`System`], registered once in
+//! [`REGISTRY`]; the variants a suite runs of each ([`SystemSpec`]); and what they share to run
+//! in the test bed (ports, processes, readiness).
 //!
-//! - `direct`: the client talks to the origins across the long link.
-//! - `single-proxy`: one Squid in the edge namespace, no parent (seed 001's "NZ only proxy").
-//! - `squid-chain`: Squid child in the edge namespace → Squid parent in the remote namespace.
-//!   The child keeps `standby` warm connections to its parent (Squid's own connection pool).
-//! - `haproxy-h2`: HAProxy in the edge namespace → HTTP/2 (one multiplexed connection) → HAProxy
-//!   in the remote namespace, which routes on the Host header. Plain HTTP only: HAProxy is not a
-//!   CONNECT forward proxy.
-//! - `longhaul-tcp`: longhaul's edge-proxy (edge) and remote-proxy (remote) over a TCP pool
-//!   (mutual TLS 1.3 over TCP).
-//! - `longhaul-quic`: the same proxies with `carrier = quic`: a pool of QUIC connections (UDP,
-//!   mutual TLS 1.3 built in), one QUIC stream per request.
+//! - [`direct`]: the client talks to the origins across the long link.
+//! - [`single_proxy`]: one Squid in the edge namespace, no parent (seed 001's "NZ only proxy").
+//! - [`squid_chain`]: Squid child in the edge namespace → Squid parent in the remote namespace.
+//! - [`haproxy_h2`]: HAProxy → HTTP/2 → HAProxy; plain HTTP only.
+//! - [`longhaul`]: `longhaul-tcp` and `longhaul-quic`, longhaul's edge-proxy and remote-proxy
+//!   over a TCP or a QUIC pool.
+//!
+//! Adding a system is one file: a type implementing [`System`] (its id, the programs it needs,
+//! the schemes it cannot carry, how it starts in the bed) and its line in [`REGISTRY`]. The
+//! results schema, the plots, `pageload --systems` and the check for missing programs read the
+//! registry. The analytic floor is computed, not started: it is no system here.
 //!
 //! Origin-facing idle connections of the peers expire after [`ORIGIN_IDLE_SECS`], and the
 //! runner leaves a longer gap between repetitions, so no system carries warm origin connections
 //! from one page visit into the next; proxy-to-proxy connections stay warm, as in service.
+//!
+//! This module starts and stops systems; it does not measure them (see [`crate::runner`]).
+
+pub mod direct;
+pub mod haproxy_h2;
+pub mod longhaul;
+pub mod single_proxy;
+pub mod squid;
+pub mod squid_chain;
+
+pub use haproxy_h2::{h2_window, haproxy_edge_conf, haproxy_remote_conf, HAPROXY_PEER_IDLE_SECS};
+pub use longhaul::{
+    longhaul_bin, longhaul_remote_port, start_longhaul_remote, LonghaulRemote, CARRIERS,
+    CONGESTION, POLICIES,
+};
+pub use squid::{squid_conf, SQUID_STANDBY};
 
 use crate::bed::{Bed, Node};
 use crate::results::Params;
@@ -22,20 +40,90 @@ use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// Idle lifetime of a peer's connections to origins, in seconds.
 pub const ORIGIN_IDLE_SECS: u64 = 1;
-/// Warm connections a Squid child keeps open to its parent (cache_peer standby=).
-pub const SQUID_STANDBY: u32 = 10;
 /// How long a started system may take to accept connections.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One system the runner compares.
+pub trait System: Sync {
+    /// Its id, as `--systems` and the results rows name it.
+    fn id(&self) -> &'static str;
+
+    /// The programs it runs by name (from Debian), checked on `PATH` before any bed comes up.
+    fn programs(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Why it cannot carry `scheme` (`http`, `https`), if it cannot.
+    fn unsupported(&self, _scheme: &str) -> Option<&'static str> {
+        None
+    }
+
+    /// longhaul's carrier (`tcp`, `quic`). A system with a carrier takes pool variants (pool
+    /// size, congestion control, policy, stream window) and an edge port per variant; `None`:
+    /// the system runs as one variant.
+    fn carrier(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Starts what the `variants` of this system in a suite share, once per profile before any
+    /// of them starts; the returned values stop it when dropped.
+    fn start_shared(
+        &self,
+        _bed: &dyn Bed,
+        _dir: &Path,
+        _variants: &[&SystemSpec],
+    ) -> Result<Vec<Shared>> {
+        Ok(Vec::new())
+    }
+
+    /// Starts variant `spec` in the bed: adds its processes to `r` and sets `r.proxy`.
+    fn start(&self, at: &Start<'_>, spec: &SystemSpec, r: &mut Running) -> Result<()>;
+}
+
+/// Something a system shares between its variants, stopped when dropped.
+pub type Shared = Box<dyn std::any::Any>;
+
+/// Every system, in display order.
+pub static REGISTRY: [&dyn System; 6] = [
+    &direct::Direct,
+    &single_proxy::SingleProxy,
+    &squid_chain::SquidChain,
+    &haproxy_h2::HaproxyH2,
+    &longhaul::TCP,
+    &longhaul::QUIC,
+];
+
+/// The registered system `id`.
+pub fn lookup(id: &str) -> Option<&'static dyn System> {
+    REGISTRY.iter().copied().find(|s| s.id() == id)
+}
+
+/// The ids of every registered system, in display order.
+pub fn ids() -> Vec<&'static str> {
+    REGISTRY.iter().map(|s| s.id()).collect()
+}
+
+/// Where and as what a variant starts.
+pub struct Start<'a> {
+    /// The test bed.
+    pub bed: &'a dyn Bed,
+    /// The profile's run directory; each process gets a directory of its own below.
+    pub dir: &'a Path,
+    /// The origins' names and addresses.
+    pub hosts: &'a [(String, IpAddr)],
+    /// Number of this variant among the variants of systems with a carrier (their edge ports).
+    pub slot: usize,
+}
 
 /// One system with its parameters, as a results row names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SystemSpec {
-    /// System id (see [`crate::results::SYSTEMS`]).
+    /// System id (see [`REGISTRY`]).
     pub id: String,
     /// Parameters (longhaul's pool).
     pub params: Params,
@@ -52,12 +140,12 @@ impl SystemSpec {
 
     /// A longhaul-tcp variant.
     pub fn longhaul(pool: u32, congestion: &str, policy: &str) -> SystemSpec {
-        SystemSpec::longhaul_on("longhaul-tcp", pool, congestion, policy)
+        SystemSpec::longhaul_on(longhaul::TCP.id(), pool, congestion, policy)
     }
 
     /// A longhaul-quic variant.
     pub fn longhaul_quic(pool: u32, congestion: &str, policy: &str) -> SystemSpec {
-        SystemSpec::longhaul_on("longhaul-quic", pool, congestion, policy)
+        SystemSpec::longhaul_on(longhaul::QUIC.id(), pool, congestion, policy)
     }
 
     /// A longhaul variant of system `id` (`longhaul-tcp` or `longhaul-quic`).
@@ -72,6 +160,11 @@ impl SystemSpec {
                 stream_window_bdp: None,
             },
         }
+    }
+
+    /// The registered system.
+    pub fn system(&self) -> Option<&'static dyn System> {
+        lookup(&self.id)
     }
 
     /// Carrier of a longhaul system (`tcp`, `quic`); `None` for the other systems.
@@ -91,22 +184,13 @@ impl SystemSpec {
 
     /// Why this system cannot carry `scheme`, if it cannot.
     pub fn unsupported(&self, scheme: &str) -> Option<&'static str> {
-        match (self.id.as_str(), scheme) {
-            ("haproxy-h2", "https") => {
-                Some("HAProxy is not a CONNECT forward proxy, so the HTTP/2 chain carries plain HTTP only")
-            }
-            _ => None,
-        }
+        self.system().and_then(|s| s.unsupported(scheme))
     }
 }
 
-/// Carrier of longhaul system `id` (`tcp`, `quic`); `None` for the other systems.
+/// Carrier of system `id` (`tcp`, `quic`); `None` for a system without one.
 pub fn carrier_of(id: &str) -> Option<&'static str> {
-    match id {
-        "longhaul-tcp" => Some("tcp"),
-        "longhaul-quic" => Some("quic"),
-        _ => None,
-    }
+    lookup(id).and_then(|s| s.carrier())
 }
 
 /// The variants of one system id a suite runs. For a longhaul system: the pool-size sweep with
@@ -279,124 +363,24 @@ pub fn hosts_file(dir: &Path, hosts: &[(String, IpAddr)]) -> Result<PathBuf> {
     Ok(p)
 }
 
-/// A Squid configuration. `parent` makes it a child forwarding everything to that parent.
-pub fn squid_conf(
-    dir: &Path,
-    listen: SocketAddr,
-    parent: Option<SocketAddr>,
-    hosts: &Path,
-) -> String {
-    let d = dir.display();
-    let mut s = format!(
-        "# generated by pageload\nhttp_port {listen}\npid_filename {d}/squid.pid\ncache_log {d}/cache.log\n\
-         access_log stdio:{d}/access.log\ncache deny all\ncache_mem 8 MB\nhttp_access allow all\n\
-         shutdown_lifetime 0 seconds\nhosts_file {}\ndns_nameservers 127.0.0.1\ncoredump_dir {d}\n\
-         via off\nforwarded_for delete\nclient_idle_pconn_timeout 2 minutes\n\
-         logfile_rotate 0\nmax_filedescriptors 8192\n",
-        hosts.display()
-    );
-    match parent {
-        Some(p) => {
-            let _ = writeln!(
-                s,
-                "cache_peer {} parent {} 0 no-query no-digest no-netdb-exchange default standby={SQUID_STANDBY}\n\
-                 never_direct allow all\nserver_idle_pconn_timeout 2 minutes",
-                p.ip(),
-                p.port()
-            );
-        }
-        None => {
-            let _ = writeln!(s, "server_idle_pconn_timeout {ORIGIN_IDLE_SECS} second");
-        }
-    }
-    s
+/// `base/name`, created, writable by the peers that drop to their own user.
+pub(crate) fn own_dir(base: &Path, name: &str) -> Result<PathBuf> {
+    let d = base.join(name);
+    std::fs::create_dir_all(&d)?;
+    // Squid drops to its own user: let it write its logs.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777))?;
+    Ok(d)
 }
 
-/// HTTP/2 stream window HAProxy is given on a link: two bandwidth-delay products (the default
-/// 65 535 bytes would cap one stream at 64 KB per round trip), at least the protocol default.
-pub fn h2_window(link: &crate::bed::LinkInfo) -> u64 {
-    let bdp = link.rate_bps * link.long_rtt_ms / 1000.0 / 8.0;
-    ((2.0 * bdp) as u64).clamp(65_535, (1 << 31) - 1)
-}
-
-/// Idle lifetime of the near HAProxy's HTTP/2 connection to the far one, in seconds. HAProxy
-/// closes half of a server's idle connections every `pool-purge-delay` (5 s by default), which
-/// would leave the chain cold whenever the runner's schedule leaves it idle for a few seconds
-/// (about 50 s between its turns in the full suite); the other chains stay warm between turns
-/// (Squid's standby connections, longhaul's pool), so this one is kept as long as its timeouts.
-pub const HAPROXY_PEER_IDLE_SECS: u64 = 120;
-
-/// The `global` and `defaults` sections of both HAProxy halves. Requests that end abnormally
-/// (an error status, a reset, a timeout) are logged to stderr (`stderr.log` in `dir`) with
-/// HAProxy's termination state, so a 502 of the chain can be traced to its side; normal ones
-/// are not (`option dontlog-normal`).
-fn haproxy_common(dir: &Path, window: u64) -> String {
-    format!(
-        "# generated by pageload\nglobal\n  pidfile {d}/haproxy.pid\n  maxconn 4000\n\
-         \x20 tune.h2.initial-window-size {window}\n  log stderr format raw local0\n\
-         defaults\n  mode http\n  log global\n  option httplog\n  option dontlog-normal\n\
-         \x20 timeout connect 10s\n  timeout client 120s\n  timeout server 120s\n\
-         \x20 timeout http-keep-alive 120s\n  option http-keep-alive\n",
-        d = dir.display()
-    )
-}
-
-/// HAProxy near side: HTTP/1.1 forward-proxy requests in, one HTTP/2 connection to the far side.
-pub fn haproxy_edge_conf(
-    dir: &Path,
-    listen: SocketAddr,
-    remote: SocketAddr,
-    window: u64,
-) -> String {
-    format!(
-        "{}frontend fe\n  bind {listen}\n  default_backend far\n\
-         backend far\n  http-reuse always\n  server far {remote} proto h2 pool-purge-delay {HAPROXY_PEER_IDLE_SECS}s\n",
-        haproxy_common(dir, window)
-    )
-}
-
-/// HAProxy far side: HTTP/2 in, one backend per origin host name chosen by the Host header.
-pub fn haproxy_remote_conf(
-    dir: &Path,
-    listen: SocketAddr,
-    hosts: &[(String, IpAddr)],
-    window: u64,
-) -> String {
-    let mut s = format!(
-        "{}frontend fe\n  bind {listen} proto h2\n  use_backend %[req.hdr(host),lower,field(1,:)]\n",
-        haproxy_common(dir, window)
-    );
-    for (h, a) in hosts {
-        let _ = writeln!(
-            s,
-            "backend {h}\n  server o {a}:80 pool-purge-delay {ORIGIN_IDLE_SECS}s"
-        );
-    }
-    s
-}
-
-/// Where the longhaul binaries are: next to the running executable (same target directory),
-/// or in `$LONGHAUL_BIN_DIR`.
-pub fn longhaul_bin(name: &str) -> Result<PathBuf> {
-    let dir = match std::env::var_os("LONGHAUL_BIN_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => std::env::current_exe()?
-            .parent()
-            .context("executable has no directory")?
-            .to_path_buf(),
-    };
-    let p = dir.join(name);
-    if !p.is_file() {
-        bail!(
-            "{} not found: build it first (cargo build --release -p longhaul) \
-             or set LONGHAUL_BIN_DIR",
-            p.display()
-        );
-    }
-    Ok(p)
-}
-
-fn spawn(bed: &dyn Bed, node: Node, program: &str, args: &[String], log: &Path) -> Result<Child> {
+/// Starts `program` with `args` in `node`, its output to `log`.
+pub(crate) fn spawn(
+    bed: &dyn Bed,
+    node: Node,
+    program: &str,
+    args: &[String],
+    log: &Path,
+) -> Result<Child> {
     let out = std::fs::File::create(log)?;
     let err = out.try_clone()?;
     bed.command(node, program)
@@ -408,181 +392,8 @@ fn spawn(bed: &dyn Bed, node: Node, program: &str, args: &[String], log: &Path) 
         .with_context(|| format!("starting {program} in {node:?}"))
 }
 
-/// The pool's mutual-TLS files for this run (made once with `edge-proxy gen-keys`): longhaul
-/// is measured as it is deployed, with TLS 1.3 between the proxies.
-fn longhaul_keys(base: &Path) -> Result<PathBuf> {
-    let d = base.join("longhaul-keys");
-    if !d.join("remote.pem").exists() {
-        let out = Command::new(longhaul_bin("edge-proxy")?)
-            .arg("gen-keys")
-            .arg("--out")
-            .arg(&d)
-            .output()?;
-        if !out.status.success() {
-            bail!(
-                "edge-proxy gen-keys failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-    }
-    Ok(d)
-}
-
-fn own_dir(base: &Path, name: &str) -> Result<PathBuf> {
-    let d = base.join(name);
-    std::fs::create_dir_all(&d)?;
-    // Squid drops to its own user: let it write its logs.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777))?;
-    Ok(d)
-}
-
-fn start_squid(
-    bed: &dyn Bed,
-    node: Node,
-    dir: &Path,
-    listen: SocketAddr,
-    parent: Option<SocketAddr>,
-    hosts: &[(String, IpAddr)],
-) -> Result<(Child, PathBuf)> {
-    let hf = hosts_file(dir, hosts)?;
-    let conf = dir.join("squid.conf");
-    std::fs::write(&conf, squid_conf(dir, listen, parent, &hf))?;
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().replace(['.', '-'], ""))
-        .unwrap_or_default();
-    let args = vec![
-        "-N".into(),
-        "-n".into(),
-        name,
-        "-f".into(),
-        conf.display().to_string(),
-    ];
-    let child = spawn(bed, node, "squid", &args, &dir.join("stderr.log"))?;
-    Ok((child, dir.join("squid.pid")))
-}
-
-fn start_haproxy(
-    bed: &dyn Bed,
-    node: Node,
-    dir: &Path,
-    conf_text: String,
-) -> Result<(Child, PathBuf)> {
-    let conf = dir.join("haproxy.cfg");
-    std::fs::write(&conf, conf_text)?;
-    let args = vec!["-db".into(), "-f".into(), conf.display().to_string()];
-    let child = spawn(bed, node, "haproxy", &args, &dir.join("stderr.log"))?;
-    Ok((child, dir.join("haproxy.pid")))
-}
-
-/// Shared pieces the longhaul variants use: one remote-proxy serves every edge-proxy variant.
-pub struct LonghaulRemote {
-    child: Child,
-}
-
-impl Drop for LonghaulRemote {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Congestion controls the remote-proxies are started with. The far side sends most bytes
-/// and places the replies, so each carrier, congestion control and placement policy gets its
-/// own remote-proxy: the one for `CONGESTION[i]` and `POLICIES[j]` listens on
-/// `PORTS.longhaul_remote + j × 3 + i` (TCP) or `PORTS.longhaul_quic_remote + j × 3 + i`
-/// (QUIC, UDP).
-pub const CONGESTION: [&str; 3] = ["bbr", "cubic", "reno"];
-
-/// Placement policies, as `--policy` (edge) and `--reply-policy` (remote) name them.
-pub const POLICIES: [&str; 3] = ["least-outstanding", "round-robin", "fewest-streams"];
-
-/// Carriers of the longhaul systems, as `--carrier` names them.
-pub const CARRIERS: [&str; 2] = ["tcp", "quic"];
-
-/// Port of the remote-proxy running `carrier` with `congestion`, placing replies by `policy`.
-pub fn longhaul_remote_port(carrier: &str, congestion: &str, policy: &str) -> Result<u16> {
-    let i = CONGESTION
-        .iter()
-        .position(|c| *c == congestion)
-        .with_context(|| {
-            format!("unknown congestion control {congestion:?} (one of {CONGESTION:?})")
-        })?;
-    let j = POLICIES
-        .iter()
-        .position(|p| *p == policy)
-        .with_context(|| format!("unknown policy {policy:?} (one of {POLICIES:?})"))?;
-    let base = match carrier {
-        "tcp" => PORTS.longhaul_remote,
-        "quic" => PORTS.longhaul_quic_remote,
-        other => bail!("unknown carrier {other:?} (one of {CARRIERS:?})"),
-    };
-    Ok(base + (j * CONGESTION.len() + i) as u16)
-}
-
-/// Starts longhaul's remote-proxy for `carrier` with `congestion`, placing replies by
-/// `policy`, in the remote namespace.
-pub fn start_longhaul_remote(
-    bed: &dyn Bed,
-    dir: &Path,
-    carrier: &str,
-    congestion: &str,
-    policy: &str,
-) -> Result<LonghaulRemote> {
-    let mut name = match carrier {
-        "tcp" => format!("longhaul-remote-{congestion}"),
-        _ => format!("longhaul-remote-{carrier}-{congestion}"),
-    };
-    if policy != POLICIES[0] {
-        name = format!("{name}-{policy}");
-    }
-    let d = own_dir(dir, &name)?;
-    let link = bed.link();
-    let listen = SocketAddr::new(
-        bed.addr(Node::Remote),
-        longhaul_remote_port(carrier, congestion, policy)?,
-    );
-    let bin = longhaul_bin("remote-proxy")?;
-    // Same rule as the peers: origin connections do not stay warm from one visit to the next.
-    let conf = d.join("remote-proxy.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "# generated by pageload\norigin_idle_timeout_ms = {}\n",
-            ORIGIN_IDLE_SECS * 1000
-        ),
-    )?;
-    let args = vec![
-        "--config".into(),
-        conf.display().to_string(),
-        "--listen".into(),
-        listen.to_string(),
-        "--tls-dir".into(),
-        longhaul_keys(dir)?.display().to_string(),
-        "--allow-private-targets".into(),
-        "--carrier".into(),
-        carrier.into(),
-        "--congestion".into(),
-        congestion.into(),
-        "--reply-policy".into(),
-        policy.into(),
-        "--link-rtt-ms".into(),
-        format!("{:.0}", link.long_rtt_ms.max(1.0)),
-        "--link-rate-mbit".into(),
-        format!("{:.0}", (link.rate_bps / 1e6).max(1.0)),
-    ];
-    let child = spawn(
-        bed,
-        Node::Remote,
-        &bin.display().to_string(),
-        &args,
-        &d.join("stderr.log"),
-    )?;
-    Ok(LonghaulRemote { child })
-}
-
-/// Starts `spec` (variant number `k` among the longhaul variants) in `bed`; files under `dir`.
+/// Starts `spec` (variant number `k` among the variants of systems with a carrier) in `bed`;
+/// files under `dir`.
 pub fn start(
     bed: &dyn Bed,
     dir: &Path,
@@ -590,130 +401,22 @@ pub fn start(
     k: usize,
     hosts: &[(String, IpAddr)],
 ) -> Result<Running> {
-    let edge = bed.addr(Node::Edge);
-    let remote = bed.addr(Node::Remote);
+    let Some(system) = spec.system() else {
+        bail!("system {} cannot be started", spec.id);
+    };
     let mut r = Running {
         spec: spec.clone(),
         proxy: None,
         children: vec![],
         pid_files: vec![],
     };
-    match spec.id.as_str() {
-        "direct" => {}
-        "single-proxy" => {
-            let listen = SocketAddr::new(edge, PORTS.single);
-            let (c, p) = start_squid(
-                bed,
-                Node::Edge,
-                &own_dir(dir, "single-proxy")?,
-                listen,
-                None,
-                hosts,
-            )?;
-            r.children.push(("squid".into(), c));
-            r.pid_files.push(p);
-            r.proxy = Some(listen);
-        }
-        "squid-chain" => {
-            let parent = SocketAddr::new(remote, PORTS.squid_chain);
-            let (c, p) = start_squid(
-                bed,
-                Node::Remote,
-                &own_dir(dir, "squid-parent")?,
-                parent,
-                None,
-                hosts,
-            )?;
-            r.children.push(("squid parent".into(), c));
-            r.pid_files.push(p);
-            let listen = SocketAddr::new(edge, PORTS.squid_chain);
-            let (c, p) = start_squid(
-                bed,
-                Node::Edge,
-                &own_dir(dir, "squid-child")?,
-                listen,
-                Some(parent),
-                hosts,
-            )?;
-            r.children.push(("squid child".into(), c));
-            r.pid_files.push(p);
-            r.proxy = Some(listen);
-        }
-        "haproxy-h2" => {
-            let far = SocketAddr::new(remote, PORTS.haproxy_remote);
-            let d = own_dir(dir, "haproxy-remote")?;
-            let (c, p) = start_haproxy(
-                bed,
-                Node::Remote,
-                &d,
-                haproxy_remote_conf(&d, far, hosts, h2_window(&bed.link())),
-            )?;
-            r.children.push(("haproxy remote".into(), c));
-            r.pid_files.push(p);
-            let listen = SocketAddr::new(edge, PORTS.haproxy_edge);
-            let d = own_dir(dir, "haproxy-edge")?;
-            let (c, p) = start_haproxy(
-                bed,
-                Node::Edge,
-                &d,
-                haproxy_edge_conf(&d, listen, far, h2_window(&bed.link())),
-            )?;
-            r.children.push(("haproxy edge".into(), c));
-            r.pid_files.push(p);
-            r.proxy = Some(listen);
-        }
-        "longhaul-tcp" | "longhaul-quic" => {
-            let carrier = spec.carrier().unwrap_or("tcp");
-            let listen = SocketAddr::new(edge, PORTS.longhaul_edge_base + k as u16);
-            let d = own_dir(dir, &format!("longhaul-edge-{k}"))?;
-            let link = bed.link();
-            let p = &spec.params;
-            let policy = p.policy.as_deref().unwrap_or(POLICIES[0]);
-            let args = vec![
-                "--listen".into(),
-                listen.to_string(),
-                "--tls-dir".into(),
-                longhaul_keys(dir)?.display().to_string(),
-                "--remote".into(),
-                SocketAddr::new(
-                    remote,
-                    longhaul_remote_port(
-                        carrier,
-                        p.congestion.as_deref().unwrap_or("bbr"),
-                        policy,
-                    )?,
-                )
-                .to_string(),
-                "--carrier".into(),
-                carrier.into(),
-                "--connections".into(),
-                p.pool_size.unwrap_or(10).to_string(),
-                "--policy".into(),
-                policy.into(),
-                "--congestion".into(),
-                p.congestion.clone().unwrap_or_else(|| "bbr".into()),
-                "--link-rtt-ms".into(),
-                format!("{:.0}", link.long_rtt_ms.max(1.0)),
-                "--link-rate-mbit".into(),
-                format!("{:.0}", (link.rate_bps / 1e6).max(1.0)),
-            ];
-            let mut args = args;
-            if let Some(w) = p.stream_window_bdp {
-                args.extend(["--stream-window-bdp".into(), w.to_string()]);
-            }
-            let bin = longhaul_bin("edge-proxy")?;
-            let c = spawn(
-                bed,
-                Node::Edge,
-                &bin.display().to_string(),
-                &args,
-                &d.join("stderr.log"),
-            )?;
-            r.children.push(("edge-proxy".into(), c));
-            r.proxy = Some(listen);
-        }
-        other => bail!("system {other} cannot be started"),
-    }
+    let at = Start {
+        bed,
+        dir,
+        hosts,
+        slot: k,
+    };
+    system.start(&at, spec, &mut r)?;
     Ok(r)
 }
 
