@@ -87,8 +87,8 @@ pub const DEMO: SuiteDef = SuiteDef {
     prints_tables: true,
 };
 
-/// A few minutes: pacific; three pages; the peers and longhaul-tcp; Chromium on yahoo over
-/// http only.
+/// About nine minutes on a 2-core machine: pacific; three pages; the peers and longhaul-tcp;
+/// Chromium on yahoo over http only.
 pub const QUICK: SuiteDef = SuiteDef {
     name: "quick",
     profiles: &["pacific"],
