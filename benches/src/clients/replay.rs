@@ -8,12 +8,15 @@ use crate::systems::Running;
 use crate::workload::Workload;
 use anyhow::Result;
 
+/// Its id.
+pub const ID: &str = "replay";
+
 /// The replay client.
 pub struct Replay;
 
 impl Client for Replay {
     fn id(&self) -> &'static str {
-        "replay"
+        ID
     }
 
     fn measures_sweeps(&self) -> bool {

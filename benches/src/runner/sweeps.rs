@@ -6,10 +6,11 @@ use super::profile::ProfileRun;
 use super::{sweep_page, LINUX_INITCWND};
 use crate::bed::Node;
 use crate::checkpoint::{Cell, Checkpoint};
+use crate::clients;
 use crate::load::{LinkPoint, LoadPoint};
 use crate::results::{Params, Row};
 use crate::schedule::shuffled_order;
-use crate::systems::{Running, SystemSpec};
+use crate::systems::{direct, Running, SystemSpec};
 use crate::workload::Workload;
 use anyhow::Result;
 
@@ -187,8 +188,8 @@ fn initcwnd_sweep(pr: &ProfileRun) -> Result<Vec<Row>> {
         let row = Row::measured(
             profile,
             wid,
-            "replay",
-            "direct",
+            clients::replay::ID,
+            direct::ID,
             params,
             "http",
             std::mem::take(&mut samples[i]),

@@ -3,12 +3,15 @@
 use super::{Running, Start, System, SystemSpec};
 use anyhow::Result;
 
+/// Its id.
+pub const ID: &str = "direct";
+
 /// The client without any proxy: what customers get without longhaul.
 pub struct Direct;
 
 impl System for Direct {
     fn id(&self) -> &'static str {
-        "direct"
+        ID
     }
 
     fn start(&self, _at: &Start<'_>, _spec: &SystemSpec, _r: &mut Running) -> Result<()> {

@@ -13,12 +13,15 @@ use std::process::Child;
 /// The program the chain runs.
 pub const PROGRAM: &str = "haproxy";
 
+/// Its id.
+pub const ID: &str = "haproxy-h2";
+
 /// Two HAProxy instances over HTTP/2.
 pub struct HaproxyH2;
 
 impl System for HaproxyH2 {
     fn id(&self) -> &'static str {
-        "haproxy-h2"
+        ID
     }
 
     fn programs(&self) -> &'static [&'static str] {

@@ -21,15 +21,20 @@ pub struct Longhaul {
     carrier: &'static str,
 }
 
+/// The id of longhaul over a TCP pool.
+pub const TCP_ID: &str = "longhaul-tcp";
+/// The id of longhaul over a QUIC pool.
+pub const QUIC_ID: &str = "longhaul-quic";
+
 /// longhaul over a TCP pool.
 pub static TCP: Longhaul = Longhaul {
-    id: "longhaul-tcp",
+    id: TCP_ID,
     carrier: "tcp",
 };
 
 /// longhaul over a QUIC pool.
 pub static QUIC: Longhaul = Longhaul {
-    id: "longhaul-quic",
+    id: QUIC_ID,
     carrier: "quic",
 };
 

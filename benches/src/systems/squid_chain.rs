@@ -8,12 +8,15 @@ use crate::bed::Node;
 use anyhow::Result;
 use std::net::SocketAddr;
 
+/// Its id.
+pub const ID: &str = "squid-chain";
+
 /// Squid child (near side) → Squid parent (far side).
 pub struct SquidChain;
 
 impl System for SquidChain {
     fn id(&self) -> &'static str {
-        "squid-chain"
+        ID
     }
 
     fn programs(&self) -> &'static [&'static str] {
