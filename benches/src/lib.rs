@@ -10,6 +10,7 @@
 pub mod bed;
 pub mod checkpoint;
 pub mod chromium;
+pub mod clients;
 pub mod floor;
 pub mod load;
 pub mod model;
@@ -20,5 +21,6 @@ pub mod results;
 pub mod runner;
 pub mod schedule;
 pub mod stats;
+pub mod suites;
 pub mod systems;
 pub mod workload;

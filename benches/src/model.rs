@@ -29,9 +29,11 @@
 //! which overstates pages of large objects by a few per cent); on lossy links it is only a
 //! reference.
 
+use crate::clients;
 use crate::replay::{ObjectTime, PageLoad};
 use crate::results::{best_replay, Params, Row};
 use crate::stats;
+use crate::systems::{direct, longhaul};
 use crate::workload::Workload;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -259,7 +261,7 @@ pub struct ModelPoint {
 pub fn points(rows: &[Row], workloads_dir: &Path, max_per_host: usize) -> Vec<ModelPoint> {
     let keys: BTreeSet<(&str, &str, &str)> = rows
         .iter()
-        .filter(|r| r.client == "replay" && r.measured)
+        .filter(|r| r.client == clients::replay::ID && r.measured)
         .map(|r| (r.profile.as_str(), r.workload.as_str(), r.scheme.as_str()))
         .collect();
     let mut out = Vec::new();
@@ -322,9 +324,9 @@ pub fn markdown(rows: &[Row], points: &[ModelPoint]) -> String {
             p.workload,
             p.scheme,
             p.ms,
-            x(best(p, "direct").map(|d| p.ms / d)),
-            x(ratio(best(p, "longhaul-tcp"))),
-            x(ratio(best(p, "longhaul-quic"))),
+            x(best(p, direct::ID).map(|d| p.ms / d)),
+            x(ratio(best(p, longhaul::TCP_ID))),
+            x(ratio(best(p, longhaul::QUIC_ID))),
         );
     }
     s

@@ -90,12 +90,16 @@ pub fn draw_all(dir: &Path, rows: &[Row], load: &[LoadPoint]) -> Result<Vec<Path
 }
 
 fn plt_bars(path: &Path, title: &str, rows: &[&Row]) -> Result<bool> {
-    let primary_tcp = primary_longhaul(rows, "longhaul-tcp");
-    let primary_quic = primary_longhaul(rows, "longhaul-quic");
-    let primary = |sys: &str| match sys {
-        "longhaul-tcp" => primary_tcp.as_ref(),
-        "longhaul-quic" => primary_quic.as_ref(),
-        _ => None,
+    let primaries: Vec<(&str, Option<crate::results::Params>)> = SYSTEMS
+        .iter()
+        .filter(|s| is_longhaul(s))
+        .map(|s| (*s, primary_longhaul(rows, s)))
+        .collect();
+    let primary = |sys: &str| {
+        primaries
+            .iter()
+            .find(|(s, _)| *s == sys)
+            .and_then(|(_, p)| p.as_ref())
     };
     let mut workloads: Vec<String> = Vec::new();
     for r in rows {

@@ -4,22 +4,24 @@
 //! raw samples; the analytic floor is a row with `system = "floor"`, `measured = false` and no
 //! samples. Ratios are filled in by [`fill_ratios`] from rows of the same run only.
 
+use crate::clients;
 use crate::stats;
+use crate::systems::{direct, haproxy_h2, longhaul, squid_chain};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// System ids, in display order.
-pub const SYSTEMS: [&str; 7] = [
-    "direct",
-    "single-proxy",
-    "squid-chain",
-    "haproxy-h2",
-    "longhaul-tcp",
-    "longhaul-quic",
-    "floor",
-];
+/// The analytic floor's system id: computed (levels × RTT + bytes ÷ rate), never started.
+pub const FLOOR: &str = "floor";
+
+/// System ids, in display order: the registered systems ([`crate::systems::REGISTRY`]), then
+/// the floor.
+pub static SYSTEMS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    let mut ids = crate::systems::ids();
+    ids.push(FLOOR);
+    ids
+});
 
 /// Parameters of a system (longhaul's pool; empty for the others).
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -162,7 +164,7 @@ impl Row {
             profile: profile.into(),
             workload: workload.into(),
             client: client.into(),
-            system: "floor".into(),
+            system: FLOOR.into(),
             params: Params::default(),
             scheme: scheme.into(),
             runs: 0,
@@ -220,10 +222,10 @@ pub fn fill_ratios(rows: &mut [Row]) {
     let mut direct = BTreeMap::new();
     let mut floor = BTreeMap::new();
     for r in rows.iter() {
-        if r.system == "direct" {
+        if r.system == direct::ID {
             direct.insert((r.group(), r.params.initcwnd), r.plt_ms_median);
         }
-        if r.system == "floor" {
+        if r.system == FLOOR {
             floor.insert(r.group(), r.plt_ms_median);
         }
     }
@@ -294,7 +296,7 @@ pub fn best_replay(
             r.profile == profile
                 && r.workload == workload
                 && r.scheme == scheme
-                && r.client == "replay"
+                && r.client == clients::replay::ID
                 && r.system == system
                 && r.measured
                 && r.params.initcwnd.is_none()
@@ -312,7 +314,7 @@ pub fn targets(rows: &[Row]) -> Vec<TargetCheck> {
     };
     let mut out = Vec::new();
     for (scheme, bound) in [("http", 0.5), ("https", 0.6)] {
-        let m = best("longhaul-tcp", scheme, |r| r.ratio_to_direct);
+        let m = best(longhaul::TCP_ID, scheme, |r| r.ratio_to_direct);
         out.push(TargetCheck {
             what: format!("pacific yahoo {scheme}: longhaul-tcp median / direct median ≤ {bound}"),
             measured: m,
@@ -320,9 +322,9 @@ pub fn targets(rows: &[Row]) -> Vec<TargetCheck> {
             met: m.map(|v| v <= bound),
         });
     }
-    for peer in ["squid-chain", "haproxy-h2"] {
+    for peer in [squid_chain::ID, haproxy_h2::ID] {
         for scheme in ["http", "https"] {
-            let l = best("longhaul-tcp", scheme, |r| r.plt_ms_median);
+            let l = best(longhaul::TCP_ID, scheme, |r| r.plt_ms_median);
             let p = best(peer, scheme, |r| r.plt_ms_median);
             let ratio = crate::stats::ratio(l, p);
             out.push(TargetCheck {
@@ -360,7 +362,7 @@ pub fn validate(rows: &[Row]) -> Result<()> {
         if !SYSTEMS.contains(&r.system.as_str()) {
             bail!("unknown system {:?}", r.system);
         }
-        if !["replay", "chromium"].contains(&r.client.as_str()) {
+        if clients::lookup(&r.client).is_none() {
             bail!("unknown client {:?}", r.client);
         }
         if !["http", "https"].contains(&r.scheme.as_str()) {
@@ -375,7 +377,7 @@ pub fn validate(rows: &[Row]) -> Result<()> {
                 r.samples_ms.len()
             );
         }
-        if r.system == "floor" && r.measured {
+        if r.system == FLOOR && r.measured {
             bail!("the floor is computed, never measured");
         }
     }
@@ -402,7 +404,7 @@ pub fn markdown_table(rows: &[Row]) -> String {
             } else {
                 r.runs.to_string()
             }
-        } else if r.system == "floor" {
+        } else if r.system == FLOOR {
             "computed".into()
         } else {
             "skipped".into()
@@ -433,10 +435,10 @@ pub fn quic_vs_tcp_markdown(rows: &[Row]) -> String {
     let mut s = String::new();
     for q in rows
         .iter()
-        .filter(|r| r.system == "longhaul-quic" && r.measured)
+        .filter(|r| r.system == longhaul::QUIC_ID && r.measured)
     {
         let Some(t) = rows.iter().find(|t| {
-            t.system == "longhaul-tcp"
+            t.system == longhaul::TCP_ID
                 && t.measured
                 && t.group() == q.group()
                 && t.params == q.params
@@ -473,7 +475,7 @@ pub fn markdown_summary(title: &str, preamble: &str, rows: &[Row]) -> String {
     s.push_str(&quic_vs_tcp_markdown(rows));
     let notes: Vec<&Row> = rows
         .iter()
-        .filter(|r| r.note.is_some() && r.system != "floor")
+        .filter(|r| r.note.is_some() && r.system != FLOOR)
         .collect();
     if !notes.is_empty() {
         s.push_str("\n## Not measured\n\n");

@@ -327,7 +327,7 @@ pub fn generate_page(spec: &PageSpec) -> Workload {
 pub fn generate_bulk() -> Workload {
     Workload {
         id: "bulk".into(),
-        source: "50 MB bulk transfer (DESIGN §5)".into(),
+        source: "50 MB bulk transfer (docs/ARCHITECTURE.md §5)".into(),
         seed: 0,
         hosts: vec!["bulk.test".into()],
         mixed: None,

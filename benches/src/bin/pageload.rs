@@ -11,6 +11,7 @@ use longhaul_benches::plots;
 use longhaul_benches::replay::{self, ReplayConfig};
 use longhaul_benches::results::{self, Row};
 use longhaul_benches::runner::{self, RunContext, Suite};
+use longhaul_benches::suites;
 use longhaul_benches::systems;
 use longhaul_benches::workload::{self, Workload};
 use std::net::{IpAddr, SocketAddr};
@@ -282,110 +283,16 @@ fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-/// A suite's defaults before the command-line slice is applied.
-struct Defaults {
-    profiles: Vec<String>,
-    workloads: Vec<String>,
-    systems: Vec<String>,
-    runs: usize,
-    clients: Vec<String>,
-    chromium_workloads: Vec<String>,
-    pools: Vec<u32>,
-    initcwnds: Vec<u32>,
-}
-
-fn defaults(name: &str) -> Defaults {
-    let d = |profiles, workloads, systems, runs, clients, chromium_workloads, pools, initcwnds| {
-        Defaults {
-            profiles,
-            workloads,
-            systems,
-            runs,
-            clients,
-            chromium_workloads,
-            pools,
-            initcwnds,
-        }
-    };
-    match name {
-        "quick" => d(
-            strs(&["pacific"]),
-            strs(&["yahoo", "google", "amazon"]),
-            strs(&[
-                "direct",
-                "single-proxy",
-                "squid-chain",
-                "haproxy-h2",
-                "longhaul-tcp",
-            ]),
-            5,
-            strs(&["replay", "chromium"]),
-            strs(&["yahoo"]),
-            vec![10],
-            vec![],
-        ),
-        "demo" => d(
-            strs(&["pacific"]),
-            strs(&["yahoo"]),
-            strs(&["direct", "longhaul-tcp"]),
-            3,
-            strs(&["replay"]),
-            vec![],
-            vec![10],
-            vec![],
-        ),
-        _ => d(
-            strs(&["us-nz-1999", "pacific", "satellite", "lossy"]),
-            workload::all_ids(),
-            strs(&[
-                "direct",
-                "single-proxy",
-                "squid-chain",
-                "haproxy-h2",
-                "longhaul-tcp",
-                "longhaul-quic",
-            ]),
-            10,
-            strs(&["replay", "chromium"]),
-            workload::page_specs()
-                .iter()
-                .map(|s| s.id.to_string())
-                .collect(),
-            vec![1, 2, 5, 10, 20, 50],
-            runner::SEED_000_INITCWNDS.to_vec(),
-        ),
-    }
-}
-
+/// The suite `name` ([`suites::SUITES`]) with the command line's slice applied.
 fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
-    let d = defaults(name);
-    let (profiles, workloads, systems, runs, clients, chromium_w, pools, initcwnds) = (
-        d.profiles,
-        d.workloads,
-        d.systems,
-        d.runs,
-        d.clients,
-        d.chromium_workloads,
-        d.pools,
-        d.initcwnds,
-    );
-    let systems = a.systems.clone().unwrap_or(systems);
-    let pools = a.pool_sizes.clone().unwrap_or(pools);
-    let full = name == "full";
-    let congestion = a.congestion.clone().unwrap_or_else(|| {
-        if full {
-            strs(&["bbr", "cubic"])
-        } else {
-            strs(&["bbr"])
-        }
-    });
-    let policies = a.policies.clone().unwrap_or_else(|| {
-        if full {
-            strs(&["least-outstanding", "round-robin"])
-        } else {
-            strs(&["least-outstanding"])
-        }
-    });
+    let d = suites::named(name).unwrap_or(&suites::FULL);
+    let systems = a.systems.clone().unwrap_or_else(|| strs(d.systems));
+    let pools = a
+        .pool_sizes
+        .clone()
+        .unwrap_or_else(|| d.pool_sizes.to_vec());
+    let congestion = a.congestion.clone().unwrap_or_else(|| strs(d.congestion));
+    let policies = a.policies.clone().unwrap_or_else(|| strs(d.policies));
     let windows = a.stream_window_bdps.as_deref().unwrap_or(&[]);
     let max = mux::config::MAX_STREAM_WINDOW_BDPS;
     if let Some(w) = windows.iter().find(|w| !(1..=max).contains(*w)) {
@@ -394,10 +301,10 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
     let mut specs = Vec::new();
     let mut main_variants = Vec::new();
     for s in &systems {
-        if !results::SYSTEMS.contains(&s.as_str()) || s == "floor" {
+        if systems::lookup(s).is_none() {
             bail!(
                 "unknown system {s:?} (one of {:?}; the floor is always computed)",
-                &results::SYSTEMS[..6]
+                systems::ids()
             );
         }
         if systems::carrier_of(s).is_some()
@@ -413,7 +320,7 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         specs.extend(v);
         main_variants.extend(m);
     }
-    let workloads = a.workloads.clone().unwrap_or(workloads);
+    let workloads = a.workloads.clone().unwrap_or_else(|| d.workloads.resolve());
     let known = workload::all_ids();
     for w in &workloads {
         if !known.contains(w) {
@@ -424,12 +331,14 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
     // sweeps longhaul's pool size, congestion control and policy on one page (Yahoo, or the
     // first one given) with the replay client: seed 001's figure 5b is drawn from one page.
     // The other suites run every variant in every cell.
-    let sweep_workloads = full.then(|| vec![runner::sweep_page(&workloads).to_string()]);
+    let sweep_workloads = d
+        .sweep_on_one_page
+        .then(|| vec![runner::sweep_page(&workloads).to_string()]);
     let custom_profiles = read_profile_files(&a.profile_files)?;
     let profiles = match (&a.profiles, custom_profiles.is_empty()) {
         (Some(p), _) => p.clone(),
         (None, false) => custom_profiles.iter().map(|p| p.name.clone()).collect(),
-        (None, true) => profiles,
+        (None, true) => strs(d.profiles),
     };
     for p in &profiles {
         let known = testbed::Profile::named(p).is_some()
@@ -448,35 +357,22 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         chromium_workloads: if a.workloads.is_some() {
             workloads.clone()
         } else {
-            chromium_w
+            d.browser_workloads.resolve()
         },
         workloads,
         systems: specs,
-        clients: a.clients.clone().unwrap_or(clients),
-        schemes: a.schemes.clone().unwrap_or_else(|| {
-            if name == "demo" {
-                strs(&["http"])
-            } else {
-                strs(&["http", "https"])
-            }
-        }),
-        runs: a.runs.unwrap_or(runs).max(1),
+        clients: a.clients.clone().unwrap_or_else(|| strs(d.clients)),
+        schemes: a.schemes.clone().unwrap_or_else(|| strs(d.schemes)),
+        runs: a.runs.unwrap_or(d.runs).max(1),
         seed: a.seed,
         gap: Duration::from_millis(a.gap_ms),
-        initcwnds: a.initcwnds.clone().unwrap_or(initcwnds),
+        initcwnds: a.initcwnds.clone().unwrap_or_else(|| d.initcwnds.to_vec()),
         // The quick suite keeps to a few minutes: Chromium over plain HTTP only.
-        chromium_schemes: match (name, &a.schemes) {
-            (_, Some(s)) => s.clone(),
-            ("quick", None) => strs(&["http"]),
-            _ => strs(&["http", "https"]),
-        },
-        load_fractions: a.load_fractions.clone().unwrap_or_else(|| {
-            if full {
-                vec![0.1, 0.25, 0.5, 0.75, 0.9, 1.1]
-            } else {
-                vec![]
-            }
-        }),
+        chromium_schemes: a.schemes.clone().unwrap_or_else(|| strs(d.browser_schemes)),
+        load_fractions: a
+            .load_fractions
+            .clone()
+            .unwrap_or_else(|| d.load_fractions.to_vec()),
         load_window: Duration::from_secs(a.load_window_s),
         main_variants,
         sweep_workloads,
@@ -629,7 +525,7 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
         &rows,
         &outcome.load,
     )?;
-    if name == "demo" {
+    if suites::named(name).is_some_and(|d| d.prints_tables) {
         print!("{}", results::markdown_table(&rows));
         print!("{}", results::targets_markdown(&rows));
         let points = model::points(&rows, &workloads_dir, replay::DEFAULT_MAX_PER_HOST);

@@ -1,8 +1,8 @@
 //! The `gen-keys` subcommand both binaries share: a deployment CA plus an edge and a remote
 //! certificate for the pool's mutual TLS, and the steps to install them.
 //!
-//! It does NOT distribute the files or touch running proxies (see the README's key rotation
-//! procedure).
+//! It does NOT distribute the files or touch running proxies (see the key rotation procedure
+//! in docs/configuration.md).
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -119,8 +119,8 @@ impl Config {
     /// one stream to fill the link: credit comes back only after a round trip
     /// plus the sender's queueing delay, and in steps of a quarter window
     /// (PROTOCOL.md §4.2); with two BDPs one stream alone can fill a lossless link (with
-    /// 1.5 % random loss it reached 0.83 of direct, 4 × BDP matched it: benches/README.md,
-    /// lossy);
+    /// 1.5 % random loss it reached 0.83 of direct, 4 × BDP matched it:
+    /// benches/notes/2026-11-25.md, lossy);
     /// each connection's window is [`DEFAULT_CONN_WINDOW`] and `max_streams`
     /// [`DEFAULT_SESSION_STREAMS`], whatever the stream window: the connection windows bound
     /// the buffers. With a peer that has no connection credit the stream limit is

@@ -1,5 +1,5 @@
 //! Scheduling policies: which connection a stream direction is bound to
-//! (PROTOCOL.md §5.1, DESIGN §2).
+//! (PROTOCOL.md §5.1, ARCHITECTURE.md §2).
 
 /// How a direction of a stream picks its connection when its first bytes are
 /// ready to send.

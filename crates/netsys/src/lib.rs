@@ -7,7 +7,7 @@
 //!
 //! * [`send_queue_bytes`]: `SIOCOUTQ`, bytes in a TCP socket's send queue (unsent
 //!   plus sent-but-unacknowledged), the kernel half of the least-outstanding-bytes
-//!   policy (DESIGN §2).
+//!   policy (docs/ARCHITECTURE.md §2).
 //! * [`unsent_bytes`]: `SIOCOUTQNSD`, the unsent part only.
 //! * [`set_notsent_lowat`]: `TCP_NOTSENT_LOWAT`, keeps kernel-unsent data small so
 //!   the scheduling decision is taken late, in user space.
