@@ -19,7 +19,8 @@ pub const MAX_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 /// Bandwidth-delay products a stream's receive window grows to at most (it starts at
 /// [`DEFAULT_INITIAL_STREAM_WINDOW`] and grows while its reader keeps up, `session::credit`):
 /// 4, the window that was fastest for one large transfer on every benchmark profile (with 1.5 %
-/// random loss 2 × BDP reached 0.83 of direct, 4 × BDP matched it: benches/README.md, lossy).
+/// random loss 2 × BDP reached 0.83 of direct, 4 × BDP matched it: benches/notes/2026-11-25.md,
+/// lossy).
 /// Before autotuning every stream had this window from the start, and the default was 2.
 pub const DEFAULT_STREAM_WINDOW_BDPS: u32 = 4;
 /// Most bandwidth-delay products [`Config::for_link_bdps`] accepts for the stream window.

@@ -33,9 +33,10 @@
 //! So the QUIC carrier gives every stream the maximum, `stream_receive_window` = the mux
 //! `stream_window` (4 × BDP by default: 6.5 MB at 130 ms and 100 Mbit/s), because a small
 //! fixed window would cap every large transfer for good: with 2 × BDP one 50 MB reply on the
-//! `lossy` profile took 1.26 × direct through QUIC against 1.09 at 4 × BDP (benches/README.md,
-//! lossy). The cost: a reader that stops holds a whole maximum window (100 stalled clients at
-//! the default link: up to 650 MB, where the TCP carrier holds 25 MiB), bounded per connection
+//! `lossy` profile took 1.26 × direct through QUIC against 1.09 at 4 × BDP
+//! (benches/notes/2026-11-25.md, lossy). The cost: a reader that stops holds a whole maximum
+//! window (100 stalled clients at the default link: up to 650 MB, where the TCP carrier holds
+//! 25 MiB), bounded per connection
 //! by the connection window, [`DEFAULT_RECEIVE_WINDOW`] (256 MiB); readers that keep up are
 //! unaffected. The connection window is not autotuned either: it is at least the largest
 //! stream window, so it never limits one stream, and a connection carries at most line rate,
