@@ -101,6 +101,8 @@ impl Ctx {
             .pool_idle_timeout(settings.origin_idle_timeout)
             .pool_max_idle_per_host(settings.origin_max_idle_per_host)
             .http1_max_buf_size(DEFAULT_ORIGIN_READ_BUFFER)
+            // The same field limit as the edge's for requests (hyper's default is 100).
+            .http1_max_headers(http1::DEFAULT_MAX_HEADERS)
             .build(connector);
         Ctx {
             client,
@@ -216,7 +218,14 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     // The head travels in the OPEN's first bytes; a stream without one is not waited for long.
     let head = tokio::time::timeout(
         ctx.settings.origin_timeout,
-        http1::read_request_head(&mut stream, &mut buf, ctx.settings.max_header_bytes),
+        // The edge accepted a head within the same limits and may have added a few fields and
+        // bytes while forwarding it.
+        http1::read_request_head_limited(
+            &mut stream,
+            &mut buf,
+            http1::forwarded_head_limit(ctx.settings.max_header_bytes),
+            http1::FORWARD_MAX_HEADERS,
+        ),
     )
     .await
     .unwrap_or_else(|_| {
@@ -316,7 +325,10 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
             }
         };
         *req.body_mut() = match body_kind {
-            BodyKind::None => Empty::new().map_err(|e| match e {}).boxed_unsync(),
+            // `Content-Length: 0` stays in the head (a POST without it may be refused 411).
+            BodyKind::None | BodyKind::Length(0) => {
+                Empty::new().map_err(|e| match e {}).boxed_unsync()
+            }
             _ => {
                 let s = futures_util::stream::unfold(body_rx, |mut rx| async move {
                     rx.recv().await.map(|item| (item, rx))
@@ -337,6 +349,9 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
             )
             .into_bytes();
             for (k, v) in res.headers() {
+                if k.as_str() == http1::reply::ERROR_HEADER {
+                    continue;
+                }
                 out.extend_from_slice(k.as_str().as_bytes());
                 out.extend_from_slice(b": ");
                 out.extend_from_slice(v.as_bytes());
@@ -459,7 +474,7 @@ fn build_request(
         .map_err(|e| RemoteError::BadRequest(format!("invalid request target: {e}")))?;
     let mut headers = head.headers.clone();
     http1::strip_hop_by_hop(&mut headers);
-    if body_kind != BodyKind::Chunked && !matches!(body_kind, BodyKind::Length(_)) {
+    if body_kind == BodyKind::None {
         http1::remove_header(&mut headers, "content-length");
     }
     let mut req = http::Request::builder().method(method).uri(uri);
@@ -493,12 +508,37 @@ async fn write_response<W: AsyncWrite + Unpin>(
         .iter()
         .map(|(k, v)| Header::new(k.as_str(), v.as_bytes()))
         .collect();
-    http1::strip_hop_by_hop(&mut headers);
-    let has_length = http1::header_str(&headers, "content-length").is_some();
     let no_body = method == "HEAD"
         || status.is_informational()
         || status == http::StatusCode::NO_CONTENT
         || status == http::StatusCode::NOT_MODIFIED;
+    if !no_body {
+        // hyper decodes a lone `chunked` and reads any other final coding until the close,
+        // still coded. Only the first is a body this proxy can deliver: forwarding coded bytes
+        // without their coding would hand the client a different representation.
+        let chunked = match http1::transfer_codings(&headers) {
+            Ok(None) => false,
+            Ok(Some(c)) if c == ["chunked"] => true,
+            Ok(Some(c)) => {
+                return Err(Outcome::Before(RemoteError::BadOrigin(format!(
+                    "the origin's reply uses the transfer coding {:?}, which the proxy does not \
+                     decode",
+                    c.join(", ")
+                ))))
+            }
+            Err(e) => return Err(Outcome::Before(RemoteError::BadOrigin(e.to_string()))),
+        };
+        // Transfer-Encoding overrides Content-Length, which an intermediary must remove
+        // (RFC 9112 §6.3 rule 3): the body is re-framed below.
+        if chunked {
+            http1::remove_header(&mut headers, "content-length");
+        }
+    }
+    http1::strip_hop_by_hop(&mut headers);
+    // `X-Longhaul-Error` marks the proxy's own synthetic replies on the stream; an origin's is
+    // removed so it can neither reach the client nor be taken for the proxy's outcome.
+    http1::remove_header(&mut headers, http1::reply::ERROR_HEADER);
+    let has_length = http1::header_str(&headers, "content-length").is_some();
     let out = if no_body || has_length {
         OutFraming::Raw
     } else {
