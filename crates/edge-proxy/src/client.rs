@@ -7,6 +7,11 @@
 //!   each for the client, and handles `Expect: 100-continue` (answered here, saving a long round
 //!   trip) and CONNECT (after the replies queued before it).
 //!
+//! A request that asks to switch protocols (`Connection: upgrade`, `Upgrade`, no content; not
+//! `h2c`) is forwarded with its upgrade and ends the reading of HTTP on the connection: a `101`
+//! makes the connection a byte tunnel over the request's stream (WebSocket, RFC 9110 §7.8), any
+//! other reply is relayed and the connection closes.
+//!
 //! A failure before any reply byte reached the client becomes a synthetic error response
 //! ([`crate::errors`]); an idempotent bodiless request whose stream failed retryably is sent once
 //! more. A failure after reply bytes were sent resets the client connection (RST), so a cut
@@ -218,6 +223,14 @@ enum Pending<'a, S> {
         close: bool,
         started: Instant,
     },
+    /// A request with a forwarded upgrade: its reply is relayed like any other; a `101` makes the
+    /// connection a byte tunnel over the same stream. Nothing after it is read as HTTP.
+    Upgrade {
+        job: Box<ReplyJob<S>>,
+        swr: WriteHalf<S>,
+        rd: TcpReadHalf<'a>,
+        buf: BytesMut,
+    },
     /// A CONNECT: the connection becomes a tunnel once earlier replies are written.
     Connect {
         head: RequestHead,
@@ -332,6 +345,33 @@ struct Prepared {
     close: bool,
     /// The reply the edge gives itself instead of forwarding (`Max-Forwards: 0`).
     local: Option<Vec<u8>>,
+    /// The request asks to switch protocols and the upgrade is forwarded: on a `101` the
+    /// connection becomes a byte tunnel.
+    upgrade: bool,
+}
+
+/// Upgrade protocols the edge never forwards: `h2c` (RFC 9113 §3.1 removed the upgrade to
+/// cleartext HTTP/2; the pair speaks HTTP/1.1 to origins).
+const REFUSED_UPGRADES: &[&str] = &["h2c"];
+
+/// The `Upgrade` value to forward for a request (RFC 9110 §7.8): the client listed `upgrade` in
+/// `Connection`, sent `Upgrade`, speaks HTTP/1.1 and sends no content; protocols in
+/// [`REFUSED_UPGRADES`] are dropped. `None`: the request is forwarded without an upgrade.
+fn upgrade_protocols(head: &RequestHead, tokens: &[String], body: BodyKind) -> Option<String> {
+    if head.minor == 0
+        || !tokens.iter().any(|t| t == "upgrade")
+        || !matches!(body, BodyKind::None | BodyKind::Length(0))
+    {
+        return None;
+    }
+    let protocols: Vec<String> = http1::header_tokens(&head.headers, "upgrade")
+        .into_iter()
+        .filter(|p| {
+            let name = p.split('/').next().unwrap_or_default();
+            !REFUSED_UPGRADES.contains(&name)
+        })
+        .collect();
+    (!protocols.is_empty()).then(|| protocols.join(", "))
 }
 
 /// Methods the edge lists in `Allow` when it answers `OPTIONS` itself.
@@ -477,6 +517,11 @@ fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
         ));
     }
     let local = max_forwards(head, &mut headers)?;
+    let upgrade = upgrade_protocols(head, &tokens, body);
+    if let Some(protocols) = &upgrade {
+        headers.push(Header::new("Connection", "upgrade"));
+        headers.push(Header::new("Upgrade", protocols.as_str()));
+    }
     headers.insert(0, Header::new("Host", host_value));
     headers.push(Header::new("Via", VIA));
     if let Some(h) = http1::framing_header(body) {
@@ -495,6 +540,7 @@ fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
         expect_continue,
         close,
         local,
+        upgrade: upgrade.is_some(),
     })
 }
 
@@ -664,6 +710,7 @@ async fn read_requests<'a, T: Transport>(
         };
         let (srd, mut swr) = tokio::io::split(stream);
         let uploaded = Arc::new(AtomicU64::new(0));
+        let upgrade = prep.upgrade;
         let (continue_tx, continue_rx) = if prep.expect_continue && !whole {
             let (a, b) = oneshot::channel();
             (Some(a), Some(b))
@@ -684,7 +731,7 @@ async fn read_requests<'a, T: Transport>(
             client_minor: head.minor,
             close: prep.close,
             continue_tx,
-            retry: (whole && idempotent(&head.method)).then_some(first),
+            retry: (whole && !upgrade && idempotent(&head.method)).then_some(first),
             uploaded: uploaded.clone(),
             bad_body,
             started,
@@ -698,6 +745,19 @@ async fn read_requests<'a, T: Transport>(
                 cause: cause.clone(),
             },
         };
+        if upgrade {
+            // What follows on this connection belongs to the new protocol if the origin
+            // switches, so the reader stops here and hands the connection to the writer.
+            let _ = tx
+                .send(Pending::Upgrade {
+                    job: Box::new(job),
+                    swr,
+                    rd,
+                    buf,
+                })
+                .await;
+            return Ok(());
+        }
         if tx.send(Pending::Reply(Box::new(job))).await.is_err() {
             return Ok(()); // writer finished (it closes the connection)
         }
@@ -829,6 +889,10 @@ async fn write_replies<T: Transport>(
                     return End::Closed;
                 }
             }
+            Pending::Upgrade { job, swr, rd, buf } => {
+                upgrade(ctx, *job, swr, rd, buf, wr, peer).await;
+                return End::Done;
+            }
             Pending::Connect {
                 head,
                 rd,
@@ -855,6 +919,7 @@ async fn write_replies<T: Transport>(
                     method: job.method.clone(),
                     client_minor: job.client_minor,
                     close: job.close,
+                    upgrade: false,
                 };
                 let started_reply = std::sync::atomic::AtomicBool::new(false);
                 let mut result = match job.bad_body.take() {
@@ -951,6 +1016,86 @@ async fn write_replies<T: Transport>(
     End::Closed
 }
 
+/// Relays the reply to a request whose upgrade was forwarded; after a `101` the connection is a
+/// byte tunnel over the request's stream until both sides finished (RFC 9110 §7.8). Any other
+/// reply is relayed and the connection closes (the reader stopped at the upgrade request).
+async fn upgrade<T: Transport>(
+    ctx: &Ctx<T>,
+    mut job: ReplyJob<T::Stream>,
+    swr: WriteHalf<T::Stream>,
+    rd: TcpReadHalf<'_>,
+    buf: BytesMut,
+    mut wr: TcpWriteHalf<'_>,
+    peer: SocketAddr,
+) {
+    let info = ReplyInfo {
+        method: job.method.clone(),
+        client_minor: job.client_minor,
+        close: true,
+        upgrade: true,
+    };
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let result = relay(ctx, &mut job.stream, &mut wr, &info, &started).await;
+    job.unlogged.armed = false;
+    let log =
+        |status: u16, up: u64, down: u64, ttfb: Option<Instant>, outcome: &str, detail: &str| {
+            Access {
+                status,
+                bytes_up: up,
+                bytes_down: down,
+                ttfb: ttfb.map(|t| t.saturating_duration_since(job.started)),
+                outcome,
+                detail: detail.to_string().into(),
+                ..Access::new(
+                    Peer::Client(peer),
+                    &job.method,
+                    &job.log_target,
+                    job.started,
+                )
+            }
+            .log()
+        };
+    match result {
+        Ok(r) => match r.switched {
+            Some(early) => {
+                let stream = job.stream.unsplit(swr);
+                let first_down = OnceLock::new();
+                let (up, down, err) =
+                    tunnel::pump_with_prefix(ctx, rd, wr, stream, early, buf.freeze(), &first_down)
+                        .await;
+                match err {
+                    None => log(101, up, down, Some(r.head_at), "ok", "upgraded"),
+                    Some(e) => log(101, up, down, Some(r.head_at), "tunnel-failed", &e),
+                }
+            }
+            None => {
+                log(
+                    r.status,
+                    0,
+                    r.bytes,
+                    Some(r.head_at),
+                    r.far_error.as_deref().unwrap_or("ok"),
+                    "",
+                );
+                let _ = wr.shutdown().await;
+            }
+        },
+        Err(RelayError::Before(err, _)) => {
+            let record = Access::new(
+                Peer::Client(peer),
+                &job.method,
+                &job.log_target,
+                job.started,
+            );
+            answer(&mut wr, &err, record).await;
+        }
+        Err(RelayError::After(detail)) => {
+            log(0, 0, 0, None, "reply-cut", &detail);
+            abort(wr);
+        }
+    }
+}
+
 /// Makes the client connection end with a reset when it is closed (when [`serve`] returns),
 /// so a cut reply is never mistaken for a complete one (even a close-delimited one).
 pub(crate) fn abort(wr: TcpWriteHalf<'_>) {
@@ -962,6 +1107,9 @@ struct ReplyInfo {
     method: String,
     client_minor: u8,
     close: bool,
+    /// The request's upgrade was forwarded: a `101` ends the relay with the connection
+    /// switched (see [`Relayed::switched`]).
+    upgrade: bool,
 }
 
 struct Relayed {
@@ -972,6 +1120,8 @@ struct Relayed {
     close: bool,
     /// When the reply head was written to the client.
     head_at: Instant,
+    /// A `101` was relayed: the bytes of the new protocol already read from the stream.
+    switched: Option<Bytes>,
 }
 
 /// Relays one reply from `srd` to the client. `started` becomes true before the first reply
@@ -1010,8 +1160,42 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
             Err(e) => return Err(RelayError::Before(EdgeError::BadReply(e.to_string()), None)),
         };
         match head.status {
-            // `100 Continue` was answered locally; `101` cannot happen (Upgrade is stripped).
-            100 | 101 => continue,
+            // `100 Continue` was answered locally.
+            100 => continue,
+            101 if job.upgrade => {
+                let mut headers = head.headers;
+                let protocols = http1::header_tokens(&headers, "upgrade").join(", ");
+                http1::strip_hop_by_hop(&mut headers);
+                headers.push(Header::new("Connection", "upgrade"));
+                headers.push(Header::new("Upgrade", protocols));
+                headers.push(Header::new("Via", VIA));
+                let out = http1::ResponseHead {
+                    status: 101,
+                    reason: head.reason,
+                    minor: 1,
+                    headers,
+                };
+                started.store(true, Ordering::Relaxed);
+                wr.write_all(&http1::encode_response_head(&out))
+                    .await
+                    .map_err(|e| RelayError::After(format!("client write failed: {e}")))?;
+                return Ok(Relayed {
+                    far_error: None,
+                    status: 101,
+                    bytes: 0,
+                    close: true,
+                    head_at: Instant::now(),
+                    switched: Some(sbuf.freeze()),
+                });
+            }
+            101 => {
+                return Err(RelayError::Before(
+                    EdgeError::BadReply(
+                        "101 Switching Protocols to a request without Upgrade".into(),
+                    ),
+                    None,
+                ))
+            }
             102..=199 => {
                 if job.client_minor >= 1 {
                     let mut h = head;
@@ -1087,6 +1271,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
         bytes,
         close,
         head_at,
+        switched: None,
     })
 }
 

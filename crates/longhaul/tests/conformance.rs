@@ -684,6 +684,54 @@ async fn request_framing_and_forwarding() {
                 vec![Statuses(&[200]), OriginRequests(1)],
             )
         },
+        // Upgrade.
+        row(
+            "upgrade-h2c-not-forwarded",
+            "RFC 9113 §3.1: the h2c upgrade is obsolete; the pair speaks HTTP/1.1 to origins, so \
+             it is dropped and the request served as HTTP/1.1 (RFC 9110 §7.8 lets a server ignore \
+             Upgrade)",
+            b"GET http://{o}/h HTTP/1.1\r\nHost: {o}\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nConnection: close\r\n\r\n",
+            vec![Statuses(&[200]), OriginRequests(1), OriginLacks("upgrade"), OriginLacks("http2-settings")],
+        ),
+        row(
+            "upgrade-without-connection-option-dropped",
+            "RFC 9110 §7.8: a sender of Upgrade also sends the upgrade connection option; \
+             without it Upgrade is an ordinary hop-by-hop field and removed",
+            b"GET http://{o}/u HTTP/1.1\r\nHost: {o}\r\nUpgrade: websocket\r\nConnection: close\r\n\r\n",
+            vec![Statuses(&[200]), OriginRequests(1), OriginLacks("upgrade")],
+        ),
+        row(
+            "upgrade-in-http10-dropped",
+            "RFC 9110 §7.8: Upgrade is for HTTP/1.1",
+            b"GET http://{o}/u HTTP/1.0\r\nHost: {o}\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+            vec![Statuses(&[200]), OriginRequests(1), OriginLacks("upgrade")],
+        ),
+        Row {
+            reply: OK.to_vec(),
+            ..row(
+                "upgrade-declined-by-origin",
+                "RFC 9110 §7.8: a server may ignore Upgrade; the reply is relayed and, since the \
+                 edge stopped reading HTTP at the upgrade request, the connection closes",
+                b"GET http://{o}/u HTTP/1.1\r\nHost: {o}\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+                vec![Statuses(&[200]), OriginHas("connection: upgrade\r\n"), OriginHas("upgrade: websocket\r\n"), End(Closed)],
+            )
+        },
+        Row {
+            reply: b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\nSERVER-BYTES".to_vec(),
+            ..row(
+                "upgrade-101-becomes-a-tunnel",
+                "RFC 9110 §7.8, §15.2.2: the request's upgrade is forwarded, the 101 relayed, then \
+                 bytes flow both ways (those sent right behind the request included)",
+                b"GET http://{o}/u HTTP/1.1\r\nHost: {o}\r\nConnection: keep-alive, Upgrade\r\nUpgrade: echo\r\n\r\nCLIENT-BYTES",
+                vec![
+                    Statuses(&[101]),
+                    ClientHas("upgrade: echo\r\n"),
+                    ClientHas("\r\n\r\nSERVER-BYTES"),
+                    OriginHas("upgrade: echo\r\n"),
+                    OriginHas("\r\n\r\nCLIENT-BYTES"),
+                ],
+            )
+        },
     ];
     // A chunk extension far over the chunk-line limit.
     let mut long_ext =
@@ -733,6 +781,13 @@ async fn origin_reply_framing_and_forwarding() {
             "RFC 9112 §6.3: an unparsable TE is not absent",
             b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\xff\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
             vec![Statuses(&[502]), ClientLacks("hel\r")],
+        ),
+        reply_row(
+            "unsolicited-101-502",
+            "RFC 9110 §15.2.2: a server switches only on a request's Upgrade; a 101 to a plain \
+             request is a broken reply",
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\nSERVER-BYTES",
+            vec![Statuses(&[502]), ClientLacks("SERVER-BYTES")],
         ),
         reply_row(
             "chunked-reply-rechunked",
