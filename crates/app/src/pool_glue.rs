@@ -15,7 +15,8 @@ use crate::config::{LinkConfig, PolicyName};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamKind {
     /// One HTTP/1.1 request (edge to remote) and exactly one response (remote to edge), then
-    /// FIN each way. A `CONNECT` request on such a stream turns it into a tunnel after a `200`.
+    /// FIN each way. A `CONNECT` request on such a stream turns it into a tunnel after a `200`,
+    /// a request with a forwarded upgrade after a `101`.
     Http,
     /// Raw bytes both ways to `target`.
     Tunnel,

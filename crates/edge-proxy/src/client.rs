@@ -7,6 +7,11 @@
 //!   each for the client, and handles `Expect: 100-continue` (answered here, saving a long round
 //!   trip) and CONNECT (after the replies queued before it).
 //!
+//! A request that asks to switch protocols (`Connection: upgrade`, `Upgrade`, no content; not
+//! `h2c`) is forwarded with its upgrade and ends the reading of HTTP on the connection: a `101`
+//! makes the connection a byte tunnel over the request's stream (WebSocket, RFC 9110 §7.8), any
+//! other reply is relayed and the connection closes.
+//!
 //! A failure before any reply byte reached the client becomes a synthetic error response
 //! ([`crate::errors`]); an idempotent bodiless request whose stream failed retryably is sent once
 //! more. A failure after reply bytes were sent resets the client connection (RST), so a cut
@@ -209,6 +214,23 @@ enum Pending<'a, S> {
         target: String,
         started: Instant,
     },
+    /// A reply the edge gives itself (`Max-Forwards: 0`); the connection stays open unless
+    /// `close`.
+    Local {
+        reply: Vec<u8>,
+        method: String,
+        target: String,
+        close: bool,
+        started: Instant,
+    },
+    /// A request with a forwarded upgrade: its reply is relayed like any other; a `101` makes the
+    /// connection a byte tunnel over the same stream. Nothing after it is read as HTTP.
+    Upgrade {
+        job: Box<ReplyJob<S>>,
+        swr: WriteHalf<S>,
+        rd: TcpReadHalf<'a>,
+        buf: BytesMut,
+    },
     /// A CONNECT: the connection becomes a tunnel once earlier replies are written.
     Connect {
         head: RequestHead,
@@ -234,6 +256,10 @@ struct ReplyJob<S> {
     retry: Option<Bytes>,
     /// Request body bytes uploaded so far (set by the reader, logged by the writer).
     uploaded: Arc<AtomicU64>,
+    /// Fires (with the reason) if the request body's framing turned out invalid; dropped
+    /// unfired when the body was fine. Then the request is answered 400 unless its reply has
+    /// started, and the connection closes after it.
+    bad_body: Option<oneshot::Receiver<String>>,
     started: Instant,
     /// Logs the request if the job is dropped before its outcome was logged.
     unlogged: Unlogged,
@@ -317,6 +343,101 @@ struct Prepared {
     body: BodyKind,
     expect_continue: bool,
     close: bool,
+    /// The reply the edge gives itself instead of forwarding (`Max-Forwards: 0`).
+    local: Option<Vec<u8>>,
+    /// The request asks to switch protocols and the upgrade is forwarded: on a `101` the
+    /// connection becomes a byte tunnel.
+    upgrade: bool,
+}
+
+/// Upgrade protocols the edge never forwards: `h2c` (RFC 9113 §3.1 removed the upgrade to
+/// cleartext HTTP/2; the pair speaks HTTP/1.1 to origins).
+const REFUSED_UPGRADES: &[&str] = &["h2c"];
+
+/// The `Upgrade` value to forward for a request (RFC 9110 §7.8): the client listed `upgrade` in
+/// `Connection`, sent `Upgrade`, speaks HTTP/1.1 and sends no content; protocols in
+/// [`REFUSED_UPGRADES`] are dropped. `None`: the request is forwarded without an upgrade.
+fn upgrade_protocols(head: &RequestHead, tokens: &[String], body: BodyKind) -> Option<String> {
+    if head.minor == 0
+        || !tokens.iter().any(|t| t == "upgrade")
+        || !matches!(body, BodyKind::None | BodyKind::Length(0))
+    {
+        return None;
+    }
+    let protocols: Vec<String> = http1::header_tokens(&head.headers, "upgrade")
+        .into_iter()
+        .filter(|p| {
+            let name = p.split('/').next().unwrap_or_default();
+            !REFUSED_UPGRADES.contains(&name)
+        })
+        .collect();
+    (!protocols.is_empty()).then(|| protocols.join(", "))
+}
+
+/// Methods the edge lists in `Allow` when it answers `OPTIONS` itself.
+const ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, TRACE, PATCH";
+
+/// Request fields left out of a `TRACE` echo (RFC 9110 §9.3.8: credentials and cookies).
+const TRACE_HIDDEN: &[&str] = &["authorization", "proxy-authorization", "cookie"];
+
+/// Applies `Max-Forwards` to a `TRACE` or `OPTIONS` request (RFC 9110 §7.6.2): at 0 the edge is
+/// the final recipient and returns its own reply; otherwise the value is decremented in
+/// `headers`. Other methods and requests without the field are left alone. A value that is not
+/// a single decimal number is refused (400).
+fn max_forwards(head: &RequestHead, headers: &mut [Header]) -> Result<Option<Vec<u8>>, EdgeError> {
+    if head.method != "TRACE" && head.method != "OPTIONS" {
+        return Ok(None);
+    }
+    let mut fields = headers
+        .iter_mut()
+        .filter(|h| h.name.eq_ignore_ascii_case("max-forwards"));
+    let Some(field) = fields.next() else {
+        return Ok(None);
+    };
+    let value = field.value.trim_ascii();
+    let n: u64 = match std::str::from_utf8(value) {
+        Ok(v)
+            if !v.is_empty()
+                && v.bytes().all(|b| b.is_ascii_digit())
+                && fields.next().is_none() =>
+        {
+            v.parse().unwrap_or(u64::MAX)
+        }
+        _ => {
+            return Err(EdgeError::BadRequest(format!(
+                "invalid Max-Forwards {:?}",
+                String::from_utf8_lossy(&field.value)
+            )))
+        }
+    };
+    if n > 0 {
+        field.value = (n - 1).to_string().into_bytes();
+        return Ok(None);
+    }
+    // The edge is the final recipient.
+    let reply = if head.method == "OPTIONS" {
+        format!("HTTP/1.1 200 OK\r\nAllow: {ALLOW}\r\nContent-Length: 0\r\n\r\n").into_bytes()
+    } else {
+        // TRACE: the request as received, minus sensitive fields, as `message/http`.
+        let echo = RequestHead {
+            headers: head
+                .headers
+                .iter()
+                .filter(|h| !TRACE_HIDDEN.iter().any(|n| h.name.eq_ignore_ascii_case(n)))
+                .cloned()
+                .collect(),
+            ..head.clone()
+        };
+        let body = http1::encode_request_head(&echo);
+        let mut out = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(&body);
+        out
+    };
+    Ok(Some(reply))
 }
 
 fn idempotent(method: &str) -> bool {
@@ -390,6 +511,17 @@ fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
     http1::remove_header(&mut headers, "expect");
     http1::remove_header(&mut headers, "host");
     http1::remove_header(&mut headers, "content-length");
+    if head.method == "TRACE" && body != BodyKind::None && body != BodyKind::Length(0) {
+        return Err(EdgeError::BadRequest(
+            "a TRACE request must not have content (RFC 9110 §9.3.8)".into(),
+        ));
+    }
+    let local = max_forwards(head, &mut headers)?;
+    let upgrade = upgrade_protocols(head, &tokens, body);
+    if let Some(protocols) = &upgrade {
+        headers.push(Header::new("Connection", "upgrade"));
+        headers.push(Header::new("Upgrade", protocols.as_str()));
+    }
     headers.insert(0, Header::new("Host", host_value));
     headers.push(Header::new("Via", VIA));
     if let Some(h) = http1::framing_header(body) {
@@ -407,6 +539,8 @@ fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
         body,
         expect_continue,
         close,
+        local,
+        upgrade: upgrade.is_some(),
     })
 }
 
@@ -528,8 +662,33 @@ async fn read_requests<'a, T: Transport>(
                 return Ok(());
             }
         };
+        if let Some(reply) = prep.local {
+            // Answered here: a body (OPTIONS may have one) is read and dropped.
+            if let Err(e) = http1::copy_body(
+                prep.body,
+                &mut rd,
+                &mut buf,
+                &mut tokio::io::sink(),
+                OutFraming::Raw,
+            )
+            .await
+            {
+                return body_failed(&tx, e, head, started).await;
+            }
+            let local = Pending::Local {
+                reply,
+                method: head.method,
+                target: head.target,
+                close: prep.close,
+                started,
+            };
+            if tx.send(local).await.is_err() || prep.close {
+                return Ok(());
+            }
+            continue;
+        }
         let target = prep.auth.target();
-        let whole = prep.body == BodyKind::None;
+        let whole = matches!(prep.body, BodyKind::None | BodyKind::Length(0));
         let first = Bytes::from(prep.head);
         let stream = match ctx
             .transport
@@ -551,11 +710,18 @@ async fn read_requests<'a, T: Transport>(
         };
         let (srd, mut swr) = tokio::io::split(stream);
         let uploaded = Arc::new(AtomicU64::new(0));
+        let upgrade = prep.upgrade;
         let (continue_tx, continue_rx) = if prep.expect_continue && !whole {
             let (a, b) = oneshot::channel();
             (Some(a), Some(b))
         } else {
             (None, None)
+        };
+        let (bad_body_tx, bad_body) = if whole {
+            (None, None)
+        } else {
+            let (a, b) = oneshot::channel();
+            (Some(a), Some(b))
         };
         let job = ReplyJob {
             stream: srd,
@@ -565,8 +731,9 @@ async fn read_requests<'a, T: Transport>(
             client_minor: head.minor,
             close: prep.close,
             continue_tx,
-            retry: (whole && idempotent(&head.method)).then_some(first),
+            retry: (whole && !upgrade && idempotent(&head.method)).then_some(first),
             uploaded: uploaded.clone(),
+            bad_body,
             started,
             unlogged: Unlogged {
                 armed: true,
@@ -578,6 +745,19 @@ async fn read_requests<'a, T: Transport>(
                 cause: cause.clone(),
             },
         };
+        if upgrade {
+            // What follows on this connection belongs to the new protocol if the origin
+            // switches, so the reader stops here and hands the connection to the writer.
+            let _ = tx
+                .send(Pending::Upgrade {
+                    job: Box::new(job),
+                    swr,
+                    rd,
+                    buf,
+                })
+                .await;
+            return Ok(());
+        }
         if tx.send(Pending::Reply(Box::new(job))).await.is_err() {
             return Ok(()); // writer finished (it closes the connection)
         }
@@ -593,6 +773,17 @@ async fn read_requests<'a, T: Transport>(
             };
             match http1::copy_body(prep.body, &mut rd, &mut buf, &mut swr, out).await {
                 Ok(n) => uploaded.store(n, Ordering::Relaxed),
+                // Invalid framing (bad chunk size, overlong line, bad trailer): the writer
+                // answers 400 in place of this request's reply unless that reply has started,
+                // and drops the stream unfinished, so the far side never completes a request
+                // whose body it did not get whole. Nothing after it can be framed: stop.
+                Err(CopyError::Read(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    tracing::debug!(%peer, error = %e, "invalid request body framing");
+                    if let Some(tx) = bad_body_tx {
+                        let _ = tx.send(format!("invalid request body framing: {e}"));
+                    }
+                    return Ok(());
+                }
                 // A client that stops mid-body broke its connection.
                 Err(CopyError::Read(e)) => {
                     tracing::debug!(%peer, error = %e, "client request body failed");
@@ -610,6 +801,30 @@ async fn read_requests<'a, T: Transport>(
         if prep.close {
             return Ok(());
         }
+    }
+}
+
+/// A request answered by the edge itself whose body failed: invalid framing is answered 400,
+/// a client that broke off ends the connection.
+async fn body_failed<S>(
+    tx: &mpsc::Sender<Pending<'_, S>>,
+    e: CopyError,
+    head: RequestHead,
+    started: Instant,
+) -> Result<(), String> {
+    match e {
+        CopyError::Read(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            let _ = tx
+                .send(Pending::Error {
+                    err: EdgeError::BadRequest(format!("invalid request body framing: {e}")),
+                    method: head.method,
+                    target: head.target,
+                    started,
+                })
+                .await;
+            Ok(())
+        }
+        e => Err(format!("client request body failed: {e}")),
     }
 }
 
@@ -647,6 +862,37 @@ async fn write_replies<T: Transport>(
                 let _ = cause.set(answered(err.status()));
                 return End::Closed;
             }
+            Pending::Local {
+                reply,
+                method,
+                target,
+                close,
+                started,
+            } => {
+                if let Err(e) = wr.write_all(&reply).await {
+                    let _ = cause.set(Ending::client(format!(
+                        "writing a reply to the client failed: {e}"
+                    )));
+                    abort(wr);
+                    return End::Done;
+                }
+                Access {
+                    status: 200,
+                    ttfb: Some(started.elapsed()),
+                    outcome: "answered-by-proxy",
+                    detail: "Max-Forwards: 0".into(),
+                    ..Access::new(Peer::Client(peer), &method, &target, started)
+                }
+                .log();
+                if close {
+                    let _ = wr.shutdown().await;
+                    return End::Closed;
+                }
+            }
+            Pending::Upgrade { job, swr, rd, buf } => {
+                upgrade(ctx, *job, swr, rd, buf, wr, peer).await;
+                return End::Done;
+            }
             Pending::Connect {
                 head,
                 rd,
@@ -673,8 +919,28 @@ async fn write_replies<T: Transport>(
                     method: job.method.clone(),
                     client_minor: job.client_minor,
                     close: job.close,
+                    upgrade: false,
                 };
-                let mut result = relay(ctx, &mut stream, &mut wr, &info).await;
+                let started_reply = std::sync::atomic::AtomicBool::new(false);
+                let mut result = match job.bad_body.take() {
+                    None => relay(ctx, &mut stream, &mut wr, &info, &started_reply).await,
+                    Some(mut bad_body) => {
+                        let fut = relay(ctx, &mut stream, &mut wr, &info, &started_reply);
+                        tokio::pin!(fut);
+                        let early = tokio::select! {
+                            biased;
+                            Ok(why) = &mut bad_body => Err(why),
+                            r = &mut fut => Ok(r),
+                        };
+                        match early {
+                            Ok(r) => r,
+                            // The reply has started: it is relayed whole; the connection ends
+                            // after it because the reader stopped.
+                            Err(_) if started_reply.load(Ordering::Relaxed) => fut.await,
+                            Err(why) => Err(RelayError::Before(EdgeError::BadRequest(why), None)),
+                        }
+                    }
+                };
                 if let Err(RelayError::Before(_, Some(f))) = &result {
                     if f.retryable {
                         if let Some(req) = job.retry.take() {
@@ -687,7 +953,7 @@ async fn write_replies<T: Transport>(
                                 Ok(s) => {
                                     let (mut srd, mut swr) = tokio::io::split(s);
                                     let _ = swr.shutdown().await;
-                                    relay(ctx, &mut srd, &mut wr, &info).await
+                                    relay(ctx, &mut srd, &mut wr, &info, &started_reply).await
                                 }
                                 Err(e) => Err(RelayError::Before(EdgeError::from_open(e), None)),
                             };
@@ -750,6 +1016,86 @@ async fn write_replies<T: Transport>(
     End::Closed
 }
 
+/// Relays the reply to a request whose upgrade was forwarded; after a `101` the connection is a
+/// byte tunnel over the request's stream until both sides finished (RFC 9110 §7.8). Any other
+/// reply is relayed and the connection closes (the reader stopped at the upgrade request).
+async fn upgrade<T: Transport>(
+    ctx: &Ctx<T>,
+    mut job: ReplyJob<T::Stream>,
+    swr: WriteHalf<T::Stream>,
+    rd: TcpReadHalf<'_>,
+    buf: BytesMut,
+    mut wr: TcpWriteHalf<'_>,
+    peer: SocketAddr,
+) {
+    let info = ReplyInfo {
+        method: job.method.clone(),
+        client_minor: job.client_minor,
+        close: true,
+        upgrade: true,
+    };
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let result = relay(ctx, &mut job.stream, &mut wr, &info, &started).await;
+    job.unlogged.armed = false;
+    let log =
+        |status: u16, up: u64, down: u64, ttfb: Option<Instant>, outcome: &str, detail: &str| {
+            Access {
+                status,
+                bytes_up: up,
+                bytes_down: down,
+                ttfb: ttfb.map(|t| t.saturating_duration_since(job.started)),
+                outcome,
+                detail: detail.to_string().into(),
+                ..Access::new(
+                    Peer::Client(peer),
+                    &job.method,
+                    &job.log_target,
+                    job.started,
+                )
+            }
+            .log()
+        };
+    match result {
+        Ok(r) => match r.switched {
+            Some(early) => {
+                let stream = job.stream.unsplit(swr);
+                let first_down = OnceLock::new();
+                let (up, down, err) =
+                    tunnel::pump_with_prefix(ctx, rd, wr, stream, early, buf.freeze(), &first_down)
+                        .await;
+                match err {
+                    None => log(101, up, down, Some(r.head_at), "ok", "upgraded"),
+                    Some(e) => log(101, up, down, Some(r.head_at), "tunnel-failed", &e),
+                }
+            }
+            None => {
+                log(
+                    r.status,
+                    0,
+                    r.bytes,
+                    Some(r.head_at),
+                    r.far_error.as_deref().unwrap_or("ok"),
+                    "",
+                );
+                let _ = wr.shutdown().await;
+            }
+        },
+        Err(RelayError::Before(err, _)) => {
+            let record = Access::new(
+                Peer::Client(peer),
+                &job.method,
+                &job.log_target,
+                job.started,
+            );
+            answer(&mut wr, &err, record).await;
+        }
+        Err(RelayError::After(detail)) => {
+            log(0, 0, 0, None, "reply-cut", &detail);
+            abort(wr);
+        }
+    }
+}
+
 /// Makes the client connection end with a reset when it is closed (when [`serve`] returns),
 /// so a cut reply is never mistaken for a complete one (even a close-delimited one).
 pub(crate) fn abort(wr: TcpWriteHalf<'_>) {
@@ -761,6 +1107,9 @@ struct ReplyInfo {
     method: String,
     client_minor: u8,
     close: bool,
+    /// The request's upgrade was forwarded: a `101` ends the relay with the connection
+    /// switched (see [`Relayed::switched`]).
+    upgrade: bool,
 }
 
 struct Relayed {
@@ -771,14 +1120,18 @@ struct Relayed {
     close: bool,
     /// When the reply head was written to the client.
     head_at: Instant,
+    /// A `101` was relayed: the bytes of the new protocol already read from the stream.
+    switched: Option<Bytes>,
 }
 
-/// Relays one reply from `srd` to the client.
+/// Relays one reply from `srd` to the client. `started` becomes true before the first reply
+/// byte is written to the client.
 async fn relay<T: Transport, R: AsyncRead + Unpin>(
     ctx: &Ctx<T>,
     srd: &mut R,
     wr: &mut TcpWriteHalf<'_>,
     job: &ReplyInfo,
+    started: &std::sync::atomic::AtomicBool,
 ) -> Result<Relayed, RelayError> {
     let far_err = |e: &std::io::Error| -> RelayError {
         match ctx.transport.failure(e) {
@@ -788,8 +1141,13 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
     };
     let mut sbuf = BytesMut::with_capacity(16 * 1024);
     let head = loop {
-        let head = match http1::read_response_head(srd, &mut sbuf, ctx.settings.max_header_bytes)
-            .await
+        let head = match http1::read_response_head_limited(
+            srd,
+            &mut sbuf,
+            http1::forwarded_head_limit(ctx.settings.max_header_bytes),
+            http1::FORWARD_MAX_HEADERS,
+        )
+        .await
         {
             Ok(h) => h,
             Err(HeadError::Io(e)) => return Err(far_err(&e)),
@@ -802,12 +1160,47 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
             Err(e) => return Err(RelayError::Before(EdgeError::BadReply(e.to_string()), None)),
         };
         match head.status {
-            // `100 Continue` was answered locally; `101` cannot happen (Upgrade is stripped).
-            100 | 101 => continue,
+            // `100 Continue` was answered locally.
+            100 => continue,
+            101 if job.upgrade => {
+                let mut headers = head.headers;
+                let protocols = http1::header_tokens(&headers, "upgrade").join(", ");
+                http1::strip_hop_by_hop(&mut headers);
+                headers.push(Header::new("Connection", "upgrade"));
+                headers.push(Header::new("Upgrade", protocols));
+                headers.push(Header::new("Via", VIA));
+                let out = http1::ResponseHead {
+                    status: 101,
+                    reason: head.reason,
+                    minor: 1,
+                    headers,
+                };
+                started.store(true, Ordering::Relaxed);
+                wr.write_all(&http1::encode_response_head(&out))
+                    .await
+                    .map_err(|e| RelayError::After(format!("client write failed: {e}")))?;
+                return Ok(Relayed {
+                    far_error: None,
+                    status: 101,
+                    bytes: 0,
+                    close: true,
+                    head_at: Instant::now(),
+                    switched: Some(sbuf.freeze()),
+                });
+            }
+            101 => {
+                return Err(RelayError::Before(
+                    EdgeError::BadReply(
+                        "101 Switching Protocols to a request without Upgrade".into(),
+                    ),
+                    None,
+                ))
+            }
             102..=199 => {
                 if job.client_minor >= 1 {
                     let mut h = head;
                     http1::strip_hop_by_hop(&mut h.headers);
+                    started.store(true, Ordering::Relaxed);
                     if wr
                         .write_all(&http1::encode_response_head(&h))
                         .await
@@ -823,8 +1216,11 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
     };
     let kind = http1::response_body_kind(&job.method, &head)
         .map_err(|e| RelayError::Before(EdgeError::BadReply(e.to_string()), None))?;
+    // On a pool stream only the remote's own synthetic replies carry this header (it removes
+    // an origin's), so it tells the far side's outcome.
     let far_error = http1::header_str(&head.headers, "x-longhaul-error").map(str::to_string);
     let mut headers = head.headers;
+    http1::remove_length_if_coded(&mut headers);
     let tokens = http1::strip_hop_by_hop(&mut headers);
     let draining = *ctx.draining.borrow();
     let mut close = job.close || draining || tokens.iter().any(|t| t == "close");
@@ -851,6 +1247,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
         minor: 1,
         headers,
     };
+    started.store(true, Ordering::Relaxed);
     wr.write_all(&http1::encode_response_head(&out_head))
         .await
         .map_err(|e| RelayError::After(format!("client write failed: {e}")))?;
@@ -874,6 +1271,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
         bytes,
         close,
         head_at,
+        switched: None,
     })
 }
 

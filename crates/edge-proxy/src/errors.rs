@@ -21,6 +21,9 @@ pub enum EdgeError {
     /// The request is not valid HTTP/1.1 or not acceptable to a proxy.
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// The request uses a transfer coding the proxy does not implement (RFC 9112 §6.1).
+    #[error("not implemented: {0}")]
+    NotImplemented(String),
     /// The header section is over the configured limit.
     #[error("request header section too large: {0}")]
     HeaderTooLarge(String),
@@ -69,6 +72,7 @@ impl EdgeError {
         match self {
             EdgeError::BadRequest(_) => ErrorTag::BadRequest,
             EdgeError::HeaderTooLarge(_) => ErrorTag::HeaderTooLarge,
+            EdgeError::NotImplemented(_) => ErrorTag::NotImplemented,
             EdgeError::HeaderTimeout(_) => ErrorTag::HeaderTimeout,
             EdgeError::ForbiddenClient(_) => ErrorTag::ForbiddenClient,
             EdgeError::ForbiddenTarget(_) => ErrorTag::ForbiddenTarget,
@@ -114,6 +118,7 @@ impl From<HeadError> for EdgeError {
     fn from(e: HeadError) -> EdgeError {
         match e {
             HeadError::TooLarge(_) => EdgeError::HeaderTooLarge(e.to_string()),
+            HeadError::UnsupportedCoding(_) => EdgeError::NotImplemented(e.to_string()),
             other => EdgeError::BadRequest(other.to_string()),
         }
     }
@@ -144,6 +149,7 @@ mod tests {
         let cases: Vec<(EdgeError, u16)> = vec![
             (EdgeError::BadRequest("x".into()), 400),
             (EdgeError::HeaderTooLarge("x".into()), 431),
+            (EdgeError::NotImplemented("x".into()), 501),
             (EdgeError::ForbiddenClient([10, 0, 0, 1].into()), 403),
             (EdgeError::ForbiddenTarget("x".into()), 403),
             (EdgeError::HeaderTimeout("x".into()), 408),

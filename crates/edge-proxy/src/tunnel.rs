@@ -262,7 +262,7 @@ async fn pump<T: Transport>(
 /// `to_far` to the stream first. Returns bytes up, bytes down, and the failure if one happened
 /// (then the client connection is reset and the stream dropped, which resets it).
 /// `first_down` is set when the first byte from the far side is at hand (time to first byte).
-async fn pump_with_prefix<T: Transport>(
+pub(crate) async fn pump_with_prefix<T: Transport>(
     ctx: &Ctx<T>,
     rd: TcpReadHalf<'_>,
     mut wr: TcpWriteHalf<'_>,

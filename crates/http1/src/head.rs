@@ -17,8 +17,24 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// Largest accepted header section (request line or status line plus headers), in bytes.
 /// Larger heads are answered `431`. 64 KiB fits any real browser request (cookies included).
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
-/// Largest number of header fields in one head; more is answered `431`.
+/// Largest number of header fields in one head a client sends, or an origin sends; more is
+/// answered `431` (request) or `502` (reply). The hop between the proxies allows a little more
+/// ([`FORWARD_MAX_HEADERS`]), so a message within the limit on its way in is within it after
+/// forwarding too.
 pub const DEFAULT_MAX_HEADERS: usize = 128;
+/// Header fields a proxy of the pair may add to a message it forwards (`Via`, a framing header,
+/// `Host`, `Connection`, `Upgrade`).
+pub const FORWARD_ADDED_FIELDS: usize = 8;
+/// Field limit of a head read from a pool stream: [`DEFAULT_MAX_HEADERS`] plus what forwarding
+/// adds.
+pub const FORWARD_MAX_HEADERS: usize = DEFAULT_MAX_HEADERS + FORWARD_ADDED_FIELDS;
+
+/// Size limit of a head read from a pool stream whose sender accepted heads of up to
+/// `max_bytes`: re-serialisation may add two bytes per field (a compact `name:value` LF line
+/// becomes `name: value` CRLF) and the added fields (under 1 KiB).
+pub const fn forwarded_head_limit(max_bytes: usize) -> usize {
+    max_bytes + 2 * FORWARD_MAX_HEADERS + 1024
+}
 /// Size of the reads used when copying bodies (and the largest chunk written at once).
 pub const DEFAULT_BODY_BUFFER: usize = 64 * 1024;
 /// Longest accepted chunk-size line (size, extensions, CRLF) in a chunked body.
@@ -94,6 +110,10 @@ pub enum HeadError {
     /// The head exceeds the size or header-count limit.
     #[error("header section too large (limit {0} bytes, {DEFAULT_MAX_HEADERS} fields)")]
     TooLarge(usize),
+    /// `Transfer-Encoding` names a coding this proxy does not implement (only `chunked` is):
+    /// `501` for a request (RFC 9112 §6.1), a bad reply for a response.
+    #[error("unsupported transfer coding: {0}")]
+    UnsupportedCoding(String),
     /// The peer closed the connection in the middle of a head.
     #[error("connection closed in the middle of a message head")]
     Truncated,
@@ -130,14 +150,82 @@ pub fn header_str<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// Comma-separated tokens of every `name` header, lower-cased.
+/// Comma-separated tokens of every `name` header, lower-cased. A value that is not UTF-8 is
+/// not skipped: its invalid bytes become U+FFFD, so they never match a known token while the
+/// valid elements of the same value still count.
 pub fn header_tokens(headers: &[Header], name: &str) -> Vec<String> {
     find(headers, name)
-        .filter_map(|h| std::str::from_utf8(&h.value).ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
-        .filter(|t| !t.is_empty())
+        .flat_map(|h| {
+            String::from_utf8_lossy(&h.value)
+                .split(',')
+                .map(|t| t.trim_matches([' ', '\t']).to_ascii_lowercase())
+                .filter(|t| !t.is_empty())
+                .collect::<Vec<_>>()
+        })
         .collect()
+}
+
+/// True for a `tchar` (RFC 9110 §5.6.2).
+pub fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// True if `s` is a non-empty `token` (RFC 9110 §5.6.2).
+pub fn is_token(s: &[u8]) -> bool {
+    !s.is_empty() && s.iter().all(|&b| is_tchar(b))
+}
+
+/// The transfer codings of every `Transfer-Encoding` field, in order, lower-cased without
+/// parameters. `None` when there is no such field. A field that is present but cannot be parsed
+/// (empty, a byte outside visible ASCII such as obs-text, an element that is not a token with
+/// parameters) is an error, never "absent": a message whose framing the proxy cannot read must
+/// not be framed some other way (RFC 9112 §6.3 rule 4).
+pub fn transfer_codings(headers: &[Header]) -> Result<Option<Vec<String>>, HeadError> {
+    let mut fields = find(headers, "transfer-encoding").peekable();
+    if fields.peek().is_none() {
+        return Ok(None);
+    }
+    let bad = |v: &[u8]| {
+        HeadError::Malformed(format!(
+            "unparsable Transfer-Encoding {:?}",
+            String::from_utf8_lossy(v)
+        ))
+    };
+    let mut codings = Vec::new();
+    for h in fields {
+        if h.value
+            .iter()
+            .any(|&b| !(b == b'\t' || (0x20..0x7f).contains(&b)))
+        {
+            return Err(bad(&h.value));
+        }
+        for element in h.value.split(|&b| b == b',') {
+            let element = element.trim_ascii();
+            if element.is_empty() {
+                continue;
+            }
+            let mut parts = element.split(|&b| b == b';');
+            let name = parts.next().unwrap_or_default().trim_ascii();
+            if !is_token(name) {
+                return Err(bad(&h.value));
+            }
+            for param in parts {
+                let valid = param
+                    .split(|&b| b == b'=')
+                    .map(<[u8]>::trim_ascii)
+                    .enumerate()
+                    .all(|(i, p)| i < 2 && (is_token(p) || (i == 1 && p.starts_with(b"\""))));
+                if !valid {
+                    return Err(bad(&h.value));
+                }
+            }
+            codings.push(String::from_utf8_lossy(name).to_ascii_lowercase());
+        }
+    }
+    if codings.is_empty() {
+        return Err(bad(b""));
+    }
+    Ok(Some(codings))
 }
 
 /// Removes every header named `name`.
@@ -185,39 +273,57 @@ fn content_length(headers: &[Header]) -> Result<Option<u64>, HeadError> {
     Ok(value)
 }
 
-/// Returns true if the message uses the chunked coding; errors on codings this proxy does not
-/// forward (anything but a lone `chunked`).
+/// Returns true if the message has a `Transfer-Encoding` that is exactly `chunked`, false if it
+/// has none. Anything else is an error: an unparsable field, a final coding other than
+/// `chunked` ([`HeadError::Malformed`]: the length cannot be determined), `chunked` applied
+/// twice, or another coding before `chunked` ([`HeadError::UnsupportedCoding`]: this proxy
+/// decodes only `chunked` and does not forward other transfer codings).
 fn is_chunked(headers: &[Header]) -> Result<bool, HeadError> {
-    let codings = header_tokens(headers, "transfer-encoding");
-    if codings.is_empty() {
+    let Some(codings) = transfer_codings(headers)? else {
         return Ok(false);
-    }
+    };
     if codings == ["chunked"] {
-        Ok(true)
-    } else {
+        return Ok(true);
+    }
+    let list = codings.join(", ");
+    if codings.last().map(String::as_str) != Some("chunked")
+        || codings.iter().filter(|c| *c == "chunked").count() > 1
+    {
         Err(HeadError::Malformed(format!(
-            "unsupported Transfer-Encoding {:?}",
-            codings.join(", ")
+            "Transfer-Encoding {list:?} does not end in a single chunked"
         )))
+    } else {
+        Err(HeadError::UnsupportedCoding(list))
     }
 }
 
 /// Body framing of a request (RFC 9112 §6.3). A request with both `Transfer-Encoding` and
-/// `Content-Length` is rejected (request smuggling guard).
+/// `Content-Length`, or an HTTP/1.0 request with `Transfer-Encoding`, is rejected (request
+/// smuggling guard, RFC 9112 §6.1). `Content-Length: 0` stays [`BodyKind::Length`]`(0)` so it is
+/// forwarded as sent.
 pub fn request_body_kind(head: &RequestHead) -> Result<BodyKind, HeadError> {
     let chunked = is_chunked(&head.headers)?;
     let length = content_length(&head.headers)?;
+    if chunked && head.minor == 0 {
+        return Err(HeadError::Malformed(
+            "Transfer-Encoding in an HTTP/1.0 request".into(),
+        ));
+    }
     match (chunked, length) {
         (true, Some(_)) => Err(HeadError::Malformed(
             "both Transfer-Encoding and Content-Length".into(),
         )),
         (true, None) => Ok(BodyKind::Chunked),
-        (false, Some(0)) | (false, None) => Ok(BodyKind::None),
+        (false, None) => Ok(BodyKind::None),
         (false, Some(n)) => Ok(BodyKind::Length(n)),
     }
 }
 
 /// Body framing of a response to a request with method `method` (RFC 9112 §6.3).
+/// `Transfer-Encoding` overrides `Content-Length` (the forwarder must then remove the latter,
+/// see [`remove_length_if_coded`]); a coding other than a lone `chunked`, or an unparsable one,
+/// is an error: this proxy neither decodes nor forwards other transfer codings, and must not
+/// deliver still-coded bytes as if they were decoded.
 pub fn response_body_kind(method: &str, head: &ResponseHead) -> Result<BodyKind, HeadError> {
     if method.eq_ignore_ascii_case("HEAD")
         || (100..200).contains(&head.status)
@@ -227,12 +333,25 @@ pub fn response_body_kind(method: &str, head: &ResponseHead) -> Result<BodyKind,
         return Ok(BodyKind::None);
     }
     if is_chunked(&head.headers)? {
+        if head.minor == 0 {
+            return Err(HeadError::Malformed(
+                "Transfer-Encoding in an HTTP/1.0 response".into(),
+            ));
+        }
         return Ok(BodyKind::Chunked);
     }
     match content_length(&head.headers)? {
         Some(0) => Ok(BodyKind::None),
         Some(n) => Ok(BodyKind::Length(n)),
         None => Ok(BodyKind::CloseDelimited),
+    }
+}
+
+/// Removes `Content-Length` when the message also has `Transfer-Encoding`, which overrides it
+/// (RFC 9112 §6.3 rule 3: an intermediary forwarding such a message must remove it).
+pub fn remove_length_if_coded(headers: &mut Vec<Header>) {
+    if find(headers, "transfer-encoding").next().is_some() {
+        remove_header(headers, "content-length");
     }
 }
 
@@ -333,11 +452,125 @@ impl HeadScanner {
 
 /// Reads one request head from `r`, using and refilling `buf` (bytes after the head stay in
 /// `buf`). Returns `Ok(None)` on a clean EOF before any byte of a head. Each read costs time in
-/// proportion to the bytes it brought, not to the head so far ([`HeadScanner`]).
+/// proportion to the bytes it brought, not to the head so far ([`HeadScanner`]). At most
+/// [`DEFAULT_MAX_HEADERS`] fields.
 pub async fn read_request_head<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut BytesMut,
     max_bytes: usize,
+) -> Result<Option<RequestHead>, HeadError> {
+    read_request_head_limited(r, buf, max_bytes, DEFAULT_MAX_HEADERS).await
+}
+
+/// Outcome of one parse attempt of a head.
+enum Parsed<T> {
+    Complete(T, usize),
+    Partial,
+}
+
+/// Rewrites an `HTTP/1.x` version with `x` of 2..=9 to `HTTP/1.1` in place: a recipient treats a
+/// higher minor version as the highest it supports (RFC 9110 §2.5). `request`: the version ends
+/// the first line; otherwise it starts it. Returns true if it rewrote something.
+fn downgrade_minor_version(buf: &mut BytesMut, request: bool) -> bool {
+    let at = if request {
+        let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+            return false;
+        };
+        let end = if nl > 0 && buf[nl - 1] == b'\r' {
+            nl - 1
+        } else {
+            nl
+        };
+        if end < 9 || &buf[end - 9..end - 1] != b" HTTP/1." {
+            return false;
+        }
+        end - 1
+    } else {
+        if buf.len() < 9 || &buf[..7] != b"HTTP/1." || buf[8] != b' ' {
+            return false;
+        }
+        7
+    };
+    if (b'2'..=b'9').contains(&buf[at]) {
+        buf[at] = b'1';
+        true
+    } else {
+        false
+    }
+}
+
+fn parse_request(
+    buf: &mut BytesMut,
+    max_fields: usize,
+    max_bytes: usize,
+) -> Result<Parsed<RequestHead>, HeadError> {
+    let mut downgraded = false;
+    loop {
+        let mut hs = [httparse::EMPTY_HEADER; FORWARD_MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut hs);
+        return match req.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => {
+                if n > max_bytes || req.headers.len() > max_fields {
+                    return Err(HeadError::TooLarge(max_bytes));
+                }
+                let head = RequestHead {
+                    method: req.method.unwrap_or_default().to_string(),
+                    target: req.path.unwrap_or_default().to_string(),
+                    minor: req.version.unwrap_or(1),
+                    headers: owned_headers(req.headers),
+                };
+                Ok(Parsed::Complete(head, n))
+            }
+            Ok(httparse::Status::Partial) => Ok(Parsed::Partial),
+            Err(httparse::Error::Version) if !downgraded && downgrade_minor_version(buf, true) => {
+                downgraded = true;
+                continue;
+            }
+            // The version is checked before the line ends: decide once the line is in.
+            Err(httparse::Error::Version) if !buf.contains(&b'\n') => Ok(Parsed::Partial),
+            Err(e) => Err(parse_error(e, max_bytes)),
+        };
+    }
+}
+
+fn parse_response(
+    buf: &mut BytesMut,
+    max_fields: usize,
+    max_bytes: usize,
+) -> Result<Parsed<ResponseHead>, HeadError> {
+    let mut downgraded = false;
+    loop {
+        let mut hs = [httparse::EMPTY_HEADER; FORWARD_MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut hs);
+        return match res.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => {
+                if n > max_bytes || res.headers.len() > max_fields {
+                    return Err(HeadError::TooLarge(max_bytes));
+                }
+                let head = ResponseHead {
+                    status: res.code.unwrap_or_default(),
+                    reason: res.reason.unwrap_or_default().to_string(),
+                    minor: res.version.unwrap_or(1),
+                    headers: owned_headers(res.headers),
+                };
+                Ok(Parsed::Complete(head, n))
+            }
+            Ok(httparse::Status::Partial) => Ok(Parsed::Partial),
+            Err(httparse::Error::Version) if !downgraded && downgrade_minor_version(buf, false) => {
+                downgraded = true;
+                continue;
+            }
+            Err(e) => Err(parse_error(e, max_bytes)),
+        };
+    }
+}
+
+/// [`read_request_head`] with a field limit of `max_fields` (at most [`FORWARD_MAX_HEADERS`]).
+pub async fn read_request_head_limited<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut BytesMut,
+    max_bytes: usize,
+    max_fields: usize,
 ) -> Result<Option<RequestHead>, HeadError> {
     let mut scanner = HeadScanner::new();
     loop {
@@ -350,24 +583,9 @@ pub async fn read_request_head<R: AsyncRead + Unpin>(
         if !buf.is_empty() {
             scanner.scan(buf);
             if scanner.should_parse(buf) {
-                let mut hs = [httparse::EMPTY_HEADER; DEFAULT_MAX_HEADERS];
-                let mut req = httparse::Request::new(&mut hs);
-                match req.parse(buf) {
-                    Ok(httparse::Status::Complete(n)) => {
-                        if n > max_bytes {
-                            return Err(HeadError::TooLarge(max_bytes));
-                        }
-                        let head = RequestHead {
-                            method: req.method.unwrap_or_default().to_string(),
-                            target: req.path.unwrap_or_default().to_string(),
-                            minor: req.version.unwrap_or(1),
-                            headers: owned_headers(req.headers),
-                        };
-                        buf.advance(n);
-                        return Ok(Some(head));
-                    }
-                    Ok(httparse::Status::Partial) => {}
-                    Err(e) => return Err(parse_error(e, max_bytes)),
+                if let Parsed::Complete(head, n) = parse_request(buf, max_fields, max_bytes)? {
+                    buf.advance(n);
+                    return Ok(Some(head));
                 }
             }
             if buf.len() > max_bytes {
@@ -385,35 +603,30 @@ pub async fn read_request_head<R: AsyncRead + Unpin>(
 }
 
 /// Reads one response head from `r` (see [`read_request_head`]). EOF before a complete head is
-/// [`HeadError::Truncated`].
+/// [`HeadError::Truncated`]. At most [`DEFAULT_MAX_HEADERS`] fields.
 pub async fn read_response_head<R: AsyncRead + Unpin>(
     r: &mut R,
     buf: &mut BytesMut,
     max_bytes: usize,
+) -> Result<ResponseHead, HeadError> {
+    read_response_head_limited(r, buf, max_bytes, DEFAULT_MAX_HEADERS).await
+}
+
+/// [`read_response_head`] with a field limit of `max_fields` (at most [`FORWARD_MAX_HEADERS`]).
+pub async fn read_response_head_limited<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut BytesMut,
+    max_bytes: usize,
+    max_fields: usize,
 ) -> Result<ResponseHead, HeadError> {
     let mut scanner = HeadScanner::new();
     loop {
         if !buf.is_empty() {
             scanner.scan(buf);
             if scanner.should_parse(buf) {
-                let mut hs = [httparse::EMPTY_HEADER; DEFAULT_MAX_HEADERS];
-                let mut res = httparse::Response::new(&mut hs);
-                match res.parse(buf) {
-                    Ok(httparse::Status::Complete(n)) => {
-                        if n > max_bytes {
-                            return Err(HeadError::TooLarge(max_bytes));
-                        }
-                        let head = ResponseHead {
-                            status: res.code.unwrap_or_default(),
-                            reason: res.reason.unwrap_or_default().to_string(),
-                            minor: res.version.unwrap_or(1),
-                            headers: owned_headers(res.headers),
-                        };
-                        buf.advance(n);
-                        return Ok(head);
-                    }
-                    Ok(httparse::Status::Partial) => {}
-                    Err(e) => return Err(parse_error(e, max_bytes)),
+                if let Parsed::Complete(head, n) = parse_response(buf, max_fields, max_bytes)? {
+                    buf.advance(n);
+                    return Ok(head);
                 }
             }
             if buf.len() > max_bytes {
@@ -589,15 +802,7 @@ impl BodyDecoder {
                 }
                 DecodeState::ChunkSize => {
                     let line = read_line(r, buf, MAX_CHUNK_LINE).await?;
-                    let size_hex = line.split(|&b| b == b';').next().unwrap_or_default();
-                    let size_hex = std::str::from_utf8(size_hex)
-                        .map_err(|_| bad_framing("invalid chunk size"))?
-                        .trim();
-                    if size_hex.is_empty() || size_hex.len() > 15 {
-                        return Err(bad_framing("invalid chunk size"));
-                    }
-                    let size = u64::from_str_radix(size_hex, 16)
-                        .map_err(|_| bad_framing("invalid chunk size"))?;
+                    let size = parse_chunk_size(&line)?;
                     if size > 0 {
                         self.state = DecodeState::Data {
                             left: size,
@@ -612,6 +817,12 @@ impl BodyDecoder {
                         if l.is_empty() {
                             break;
                         }
+                        // Only field lines until the empty line (RFC 9112 §7.1.2): anything
+                        // else (a request line sent after `0`, say) is a framing error, never
+                        // swallowed as a trailer.
+                        if !is_field_line(&l) {
+                            return Err(bad_framing("invalid trailer field line"));
+                        }
                         trailer_bytes += l.len();
                         if trailer_bytes > MAX_TRAILER_BYTES {
                             return Err(bad_framing("trailer section too large"));
@@ -623,6 +834,46 @@ impl BodyDecoder {
             }
         }
     }
+}
+
+/// The size of a chunk-size line (RFC 9112 §7.1): `1*HEXDIG`, then nothing or optional
+/// whitespace and chunk extensions (`;` ...). No sign, no leading whitespace, no control
+/// characters; leading zeros are fine, a value over 60 bits is refused.
+fn parse_chunk_size(line: &[u8]) -> Result<u64, CopyError> {
+    let invalid = || bad_framing("invalid chunk size line");
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err(invalid());
+    }
+    let (hex, rest) = line.split_at(digits);
+    let ext = rest.trim_ascii_start();
+    if !(ext.is_empty() || ext[0] == b';')
+        || rest.iter().any(|&b| b == 0x7f || (b < 0x20 && b != b'\t'))
+    {
+        return Err(invalid());
+    }
+    let hex = &hex[hex.iter().take_while(|&&b| b == b'0').count()..];
+    if hex.len() > 15 {
+        return Err(bad_framing("chunk size too large"));
+    }
+    // Only hex digits, so this is ASCII and parses.
+    let hex = std::str::from_utf8(hex).map_err(|_| invalid())?;
+    if hex.is_empty() {
+        return Ok(0);
+    }
+    u64::from_str_radix(hex, 16).map_err(|_| invalid())
+}
+
+/// True if `line` is a field line: a token, `:`, and a value without control characters other
+/// than HTAB (RFC 9110 §5.5; obs-text allowed).
+fn is_field_line(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    is_token(&line[..colon])
+        && line[colon + 1..]
+            .iter()
+            .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
 /// Reads one line (without its CRLF or LF) of at most `max` bytes.
@@ -1022,6 +1273,134 @@ mod tests {
         )
         .await
         .is_err());
+    }
+
+    #[test]
+    fn transfer_codings_are_parsed_strictly() {
+        let te = |v: &[u8]| transfer_codings(&[Header::new("Transfer-Encoding", v)]);
+        assert_eq!(transfer_codings(&[]).unwrap(), None);
+        assert_eq!(te(b" Chunked ").unwrap().unwrap(), ["chunked"]);
+        assert_eq!(
+            te(b"gzip;q=1, ,chunked").unwrap().unwrap(),
+            ["gzip", "chunked"]
+        );
+        for bad in [
+            &b"chunked\xff"[..],
+            b"\xe9chunked",
+            b"",
+            b" , ",
+            b"chun ked",
+            b"chunked;",
+        ] {
+            assert!(te(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        // Only a lone chunked frames a body; other codings are 501 or 400 for a request.
+        let req = |v: &[u8]| RequestHead {
+            method: "POST".into(),
+            target: "/".into(),
+            minor: 1,
+            headers: vec![Header::new("Transfer-Encoding", v)],
+        };
+        assert!(matches!(
+            request_body_kind(&req(b"gzip, chunked")),
+            Err(HeadError::UnsupportedCoding(_))
+        ));
+        assert!(matches!(
+            request_body_kind(&req(b"chunked, gzip")),
+            Err(HeadError::Malformed(_))
+        ));
+        assert!(matches!(
+            request_body_kind(&req(b"chunked, chunked")),
+            Err(HeadError::Malformed(_))
+        ));
+        let mut r10 = req(b"chunked");
+        r10.minor = 0;
+        assert!(request_body_kind(&r10).is_err());
+    }
+
+    #[test]
+    fn content_length_zero_is_kept_and_coded_length_removed() {
+        let head = RequestHead {
+            method: "POST".into(),
+            target: "/".into(),
+            minor: 1,
+            headers: vec![Header::new("Content-Length", "0")],
+        };
+        assert_eq!(request_body_kind(&head).unwrap(), BodyKind::Length(0));
+        let mut hs = vec![
+            Header::new("Content-Length", "3"),
+            Header::new("Transfer-Encoding", "chunked"),
+        ];
+        remove_length_if_coded(&mut hs);
+        assert_eq!(hs, vec![Header::new("Transfer-Encoding", "chunked")]);
+    }
+
+    #[test]
+    fn chunk_size_lines() {
+        assert_eq!(parse_chunk_size(b"5").unwrap(), 5);
+        assert_eq!(parse_chunk_size(b"00000000000000000001F").unwrap(), 31);
+        assert_eq!(parse_chunk_size(b"a ; ext=1").unwrap(), 10);
+        assert_eq!(parse_chunk_size(b"0").unwrap(), 0);
+        for bad in [
+            &b"+5"[..],
+            b" 5",
+            b"-5",
+            b"5 x",
+            b"0x5",
+            b"",
+            b"5\r",
+            b"1000000000000000",
+        ] {
+            assert!(
+                parse_chunk_size(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert!(is_field_line(b"X-T: v"));
+        assert!(!is_field_line(b"GET / HTTP/1.1"));
+        assert!(!is_field_line(b": v"));
+    }
+
+    #[tokio::test]
+    async fn higher_minor_versions_are_http_1_1() {
+        let head = parse_req(b"GET / HTTP/1.2\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(head.minor, 1);
+        let (head, _) = parse_trickled(b"GET / HTTP/1.9\nHost: a\n\n", 1024).await;
+        assert_eq!(head.unwrap().unwrap().minor, 1);
+        assert!(parse_req(b"GET / HTTP/2.0\r\n\r\n").await.is_err());
+        let mut r = &b"HTTP/1.3 200 OK\r\n\r\n"[..];
+        let res = read_response_head(&mut r, &mut BytesMut::new(), 1024)
+            .await
+            .unwrap();
+        assert_eq!((res.minor, res.status), (1, 200));
+    }
+
+    #[tokio::test]
+    async fn stream_limits_allow_what_forwarding_adds() {
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..FORWARD_MAX_HEADERS {
+            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert!(matches!(
+            parse_req(&many).await,
+            Err(HeadError::TooLarge(_))
+        ));
+        let mut r = &many[..];
+        let head = read_request_head_limited(
+            &mut r,
+            &mut BytesMut::new(),
+            forwarded_head_limit(DEFAULT_MAX_HEADER_BYTES),
+            FORWARD_MAX_HEADERS,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(head.headers.len(), FORWARD_MAX_HEADERS);
     }
 
     #[test]

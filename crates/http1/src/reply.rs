@@ -6,6 +6,11 @@
 //! What it does NOT do: decide which failure gets which tag (each proxy's `errors` module
 //! does), or write to a socket.
 
+/// The header that carries a synthetic reply's error tag (lower case). On a pool stream only the
+/// remote's own replies carry it (the remote removes it from origin replies), so the edge may
+/// take it as the far side's outcome; an origin cannot forge it.
+pub const ERROR_HEADER: &str = "x-longhaul-error";
+
 /// Reason phrase of the statuses the proxies generate.
 pub fn reason_phrase(status: u16) -> &'static str {
     match status {
@@ -15,6 +20,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         408 => "Request Timeout",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
+        501 => "Not Implemented",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
@@ -29,6 +35,9 @@ pub enum ErrorTag {
     BadRequest,
     /// `header-too-large` (431): the request head is over the configured limit.
     HeaderTooLarge,
+    /// `not-implemented` (501): the request uses a transfer coding the proxy does not
+    /// implement (RFC 9112 §6.1).
+    NotImplemented,
     /// `header-timeout` (408): the request head did not arrive in time (edge).
     HeaderTimeout,
     /// `forbidden-client` (403): the client is not in an allowed network (edge).
@@ -59,6 +68,7 @@ impl ErrorTag {
         match self {
             ErrorTag::BadRequest => "bad-request",
             ErrorTag::HeaderTooLarge => "header-too-large",
+            ErrorTag::NotImplemented => "not-implemented",
             ErrorTag::HeaderTimeout => "header-timeout",
             ErrorTag::ForbiddenClient => "forbidden-client",
             ErrorTag::ForbiddenTarget => "forbidden-target",
@@ -78,6 +88,7 @@ impl ErrorTag {
         match self {
             ErrorTag::BadRequest => 400,
             ErrorTag::HeaderTooLarge => 431,
+            ErrorTag::NotImplemented => 501,
             ErrorTag::HeaderTimeout => 408,
             ErrorTag::ForbiddenClient | ErrorTag::ForbiddenTarget => 403,
             ErrorTag::RemoteUnavailable
@@ -139,6 +150,7 @@ mod tests {
         for t in [
             BadRequest,
             HeaderTooLarge,
+            NotImplemented,
             HeaderTimeout,
             ForbiddenClient,
             ForbiddenTarget,

@@ -99,6 +99,9 @@ pub fn parse_absolute(target: &str) -> Result<(Authority, String), String> {
     let lower = target.get(..8).unwrap_or(target).to_ascii_lowercase();
     let rest = if lower.starts_with("http://") {
         &target[7..]
+    } else if lower.starts_with("ws://") {
+        // A WebSocket URI (RFC 6455 §3) sent in absolute-form: the same authority and path.
+        &target[5..]
     } else if lower.starts_with("https://") {
         return Err("https:// URLs must be fetched through a CONNECT tunnel".into());
     } else if target.starts_with('/') {

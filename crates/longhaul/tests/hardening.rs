@@ -671,3 +671,33 @@ fn memory_stays_bounded_with_100_streams_whose_readers_never_read() {
     }
     drop(clients);
 }
+
+/// An origin cannot pose as the proxy: its `X-Longhaul-Error` reaches neither the client nor
+/// either access log's outcome (issue 24: it used to be logged as the edge's outcome).
+#[test]
+fn an_origins_error_header_is_not_the_proxys_outcome() {
+    let _serial = serial();
+    let origin = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(
+            b"HTTP/1.1 200 OK\r\nX-Longhaul-Error: dns-failed\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+        );
+    });
+    let pair = start_pair("", &[]);
+    let url = format!("http://{origin}/forged");
+    let (st, head, body) = get(pair.edge_addr, &url);
+    assert_eq!((st, body.as_slice()), (200, &b"ok"[..]), "{head}");
+    assert_eq!(header(&head, "x-longhaul-error"), None, "{head}");
+    wait_for_access_line(&pair.edge, "/forged", "the edge's access line", |l| {
+        l.contains("status=200")
+    });
+    let line = pair
+        .edge
+        .log_text()
+        .lines()
+        .find(|l| l.contains("access") && l.contains("/forged"))
+        .unwrap()
+        .to_string();
+    assert!(line.contains("outcome=\"ok\""), "{line}");
+    assert!(!pair.remote.log_text().contains("dns-failed"));
+}

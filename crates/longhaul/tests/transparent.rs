@@ -1,6 +1,8 @@
 //! Transparent interception with a real iptables REDIRECT rule, inside a private network
 //! namespace (root, or an unprivileged user namespace): port 80 is parsed as HTTP, another
-//! port is tunnelled, and a Host header naming another address is refused.
+//! port is tunnelled, a Host header naming another address is refused, and a real WebSocket
+//! client (python3-websockets) reaches a WebSocket echo server on port 80 through the
+//! interception: the upgrade is relayed and the connection becomes a tunnel (RFC 9110 §7.8).
 
 mod common;
 
@@ -12,6 +14,7 @@ cd "$WORK"
 ip link set lo up
 ip addr add 10.99.0.1/32 dev lo
 ip addr add 10.99.0.2/32 dev lo
+ip addr add 10.99.0.3/32 dev lo
 # Connections from the "client" address to ports 80 and 8080 go to the edge's interception port.
 iptables -t nat -A OUTPUT -s 10.99.0.2 -p tcp -m multiport --dports 80,8080 -j REDIRECT --to-ports 3129
 mkdir -p www tmp
@@ -32,11 +35,13 @@ http {
 EOF
 nginx -e "$WORK/nginx-error.log" -p "$WORK" -c "$WORK/nginx.conf" > nginx.out 2>&1 &
 NGINX=$!
+"$PYTHON" "$WS_DIR/ws_echo.py" 10.99.0.3 80 > ws-echo.out 2>&1 &
+WS=$!
 "$REMOTE_BIN" > remote.log 2>&1 &
 REMOTE=$!
 "$EDGE_BIN" --transparent 127.0.0.1:3129 > edge.log 2>&1 &
 EDGE=$!
-trap 'kill $EDGE $REMOTE $NGINX 2>/dev/null; wait 2>/dev/null' EXIT
+trap 'kill $EDGE $REMOTE $NGINX $WS 2>/dev/null; wait 2>/dev/null' EXIT
 for _ in $(seq 1 100); do
   grep -q "pool connected" edge.log && break
   sleep 0.1
@@ -50,6 +55,9 @@ code=$(curl -sS --max-time 20 --interface 10.99.0.2 -o /dev/null -w '%{http_code
 test "$code" = 403
 grep -q 'method="GET" target="/file"' edge.log
 grep -q 'method="TUNNEL" target="10.99.0.1:8080"' edge.log
+for _ in $(seq 1 100); do grep -q READY ws-echo.out && break; sleep 0.1; done
+"$PYTHON" "$WS_DIR/ws_client.py" 10.99.0.3 80 ws://10.99.0.3/chat origin 10.99.0.2 | grep -q WS-OK
+grep -q 'method="GET" target="/chat" status=101' edge.log
 echo TRANSPARENT-OK
 "#;
 
@@ -81,6 +89,18 @@ fn redirected_connections_are_proxied() {
         .env("WORK", work.path())
         .env("EDGE_BIN", common::edge_bin())
         .env("REMOTE_BIN", common::remote_bin())
+        .env(
+            "PYTHON",
+            if std::path::Path::new("/usr/bin/python3").exists() {
+                "/usr/bin/python3"
+            } else {
+                "python3"
+            },
+        )
+        .env(
+            "WS_DIR",
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/websocket"),
+        )
         .env("RUST_LOG", "info")
         .output()
         .unwrap();

@@ -6,6 +6,9 @@
 //!   (1xx first, then the head, then the body with `Content-Length` or chunked framing), then
 //!   FIN. Failures before the response started become a synthetic response; a reply cut by the
 //!   origin is never completed (the stream is dropped unfinished, which resets it).
+//!   A request with `Connection: upgrade` and `Upgrade` (the edge forwards them only for an
+//!   upgrade it relays) that the origin answers `101` becomes a byte tunnel between the stream
+//!   and the origin connection.
 //!   A `CONNECT` request on an `Http` stream is answered with a status once the target is
 //!   connected (or not), then becomes a tunnel ("after-connect" mode of the edge).
 //! - `Tunnel` stream: connect to the target and copy bytes both ways; a target that cannot be
@@ -101,6 +104,8 @@ impl Ctx {
             .pool_idle_timeout(settings.origin_idle_timeout)
             .pool_max_idle_per_host(settings.origin_max_idle_per_host)
             .http1_max_buf_size(DEFAULT_ORIGIN_READ_BUFFER)
+            // The same field limit as the edge's for requests (hyper's default is 100).
+            .http1_max_headers(http1::DEFAULT_MAX_HEADERS)
             .build(connector);
         Ctx {
             client,
@@ -216,7 +221,14 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     // The head travels in the OPEN's first bytes; a stream without one is not waited for long.
     let head = tokio::time::timeout(
         ctx.settings.origin_timeout,
-        http1::read_request_head(&mut stream, &mut buf, ctx.settings.max_header_bytes),
+        // The edge accepted a head within the same limits and may have added a few fields and
+        // bytes while forwarding it.
+        http1::read_request_head_limited(
+            &mut stream,
+            &mut buf,
+            http1::forwarded_head_limit(ctx.settings.max_header_bytes),
+            http1::FORWARD_MAX_HEADERS,
+        ),
     )
     .await
     .unwrap_or_else(|_| {
@@ -242,7 +254,7 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
         Ok(r) => r,
         Err(e) => return reply_error(&mut stream, id, &head.method, target, started, &e).await,
     };
-    let (mut req, body_kind) = req;
+    let (mut req, body_kind, upgrade) = req;
     let edge_reset = stream.reset_signal();
     let (mut rd, mut wr) = tokio::io::split(stream);
 
@@ -296,6 +308,15 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
                 }
             }
             let _ = body_done_tx.send(true);
+            if upgrade {
+                // After the request comes the new protocol's data: it stays on the stream
+                // for the tunnel a `101` starts.
+                edge_reset.await;
+                return Outcome::Cut(
+                    "edge cancelled the stream: the edge reset the stream (its client went away)"
+                        .into(),
+                );
+            }
             let mut scratch = [0u8; 512];
             loop {
                 match rd.read(&mut scratch).await {
@@ -316,7 +337,10 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
             }
         };
         *req.body_mut() = match body_kind {
-            BodyKind::None => Empty::new().map_err(|e| match e {}).boxed_unsync(),
+            // `Content-Length: 0` stays in the head (a POST without it may be refused 411).
+            BodyKind::None | BodyKind::Length(0) => {
+                Empty::new().map_err(|e| match e {}).boxed_unsync()
+            }
             _ => {
                 let s = futures_util::stream::unfold(body_rx, |mut rx| async move {
                     rx.recv().await.map(|item| (item, rx))
@@ -337,6 +361,9 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
             )
             .into_bytes();
             for (k, v) in res.headers() {
+                if k.as_str() == http1::reply::ERROR_HEADER {
+                    continue;
+                }
                 out.extend_from_slice(k.as_str().as_bytes());
                 out.extend_from_slice(b": ");
                 out.extend_from_slice(v.as_bytes());
@@ -387,7 +414,7 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
                     r
                 }
             };
-            write_response(&mut wr, &method, res).await
+            write_response(&mut wr, &method, res, upgrade).await
         };
         tokio::pin!(feed, respond);
         tokio::select! {
@@ -397,7 +424,11 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     };
     let up = uploaded.load(Ordering::Relaxed);
     match result {
-        Ok((status, down)) => {
+        Ok((_, _, Some(on_upgrade))) => {
+            let stream = rd.unsplit(wr);
+            switched(id, &head.method, target, stream, on_upgrade, started).await;
+        }
+        Ok((status, down, None)) => {
             let _ = wr.shutdown().await;
             Access {
                 status,
@@ -433,11 +464,14 @@ enum Outcome {
     Cut(String),
 }
 
+/// The origin request for `head`, its body framing, and whether it asks to switch protocols
+/// (the edge forwards `Upgrade` with `Connection: upgrade` only when the upgrade is to be
+/// relayed).
 fn build_request(
     ctx: &Ctx,
     target: &str,
     head: &RequestHead,
-) -> Result<(http::Request<ReqBody>, BodyKind), RemoteError> {
+) -> Result<(http::Request<ReqBody>, BodyKind, bool), RemoteError> {
     let auth = parse_authority(target, None)
         .map_err(|e| RemoteError::BadRequest(format!("stream target: {e}")))?;
     if let Some(ip) = auth.ip() {
@@ -458,8 +492,20 @@ fn build_request(
         .parse()
         .map_err(|e| RemoteError::BadRequest(format!("invalid request target: {e}")))?;
     let mut headers = head.headers.clone();
+    let upgrade = http1::header_str(&headers, "upgrade")
+        .filter(|u| !u.is_empty())
+        .map(str::to_string)
+        .filter(|_| {
+            http1::header_tokens(&headers, "connection")
+                .iter()
+                .any(|t| t == "upgrade")
+        });
     http1::strip_hop_by_hop(&mut headers);
-    if body_kind != BodyKind::Chunked && !matches!(body_kind, BodyKind::Length(_)) {
+    if let Some(u) = &upgrade {
+        headers.push(Header::new("Connection", "upgrade"));
+        headers.push(Header::new("Upgrade", u.as_str()));
+    }
+    if body_kind == BodyKind::None {
         http1::remove_header(&mut headers, "content-length");
     }
     let mut req = http::Request::builder().method(method).uri(uri);
@@ -473,16 +519,100 @@ fn build_request(
     let req = req
         .body(Empty::new().map_err(|e| match e {}).boxed_unsync())
         .map_err(|e| RemoteError::BadRequest(e.to_string()))?;
-    Ok((req, body_kind))
+    Ok((req, body_kind, upgrade.is_some()))
 }
 
-/// Writes the response head and streams its body; returns status and body bytes.
+/// Logs a switched connection's end: status 101, bytes each way, `ok` or `tunnel-failed`.
+fn log_switched(
+    id: u64,
+    method: &str,
+    target: &str,
+    started: Instant,
+    up: u64,
+    down: u64,
+    err: Option<String>,
+) {
+    Access {
+        status: 101,
+        ..Access::new(Peer::Stream(id), method, target, started).tunnel_ended(up, down, err)
+    }
+    .log();
+}
+
+/// Relays a connection the origin switched to another protocol (`101`, RFC 9110 §7.8): bytes
+/// both ways between the stream and the origin until both ended.
+async fn switched<S: FarStream>(
+    id: u64,
+    method: &str,
+    target: &str,
+    mut stream: S,
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    started: Instant,
+) {
+    let mut origin = match on_upgrade.await {
+        Ok(u) => hyper_util::rt::TokioIo::new(u),
+        Err(e) => {
+            stream.reset(ResetReason::Cancel);
+            let detail = format!("switching protocols failed: {}", chain(&e));
+            return log_switched(id, method, target, started, 0, 0, Some(detail));
+        }
+    };
+    let res = tokio::io::copy_bidirectional_with_sizes(
+        &mut stream,
+        &mut origin,
+        DEFAULT_TUNNEL_BUFFER,
+        DEFAULT_TUNNEL_BUFFER,
+    )
+    .await;
+    match res {
+        Ok((up, down)) => log_switched(id, method, target, started, up, down, None),
+        Err(e) => {
+            stream.reset(ResetReason::Cancel);
+            log_switched(id, method, target, started, 0, 0, Some(e.to_string()));
+        }
+    }
+}
+
+/// Writes the response head and streams its body; returns status, body bytes, and for a `101`
+/// to a request with `upgrade`, the origin connection's switch.
 async fn write_response<W: AsyncWrite + Unpin>(
     wr: &mut W,
     method: &str,
-    res: http::Response<hyper::body::Incoming>,
-) -> Result<(u16, u64), Outcome> {
+    mut res: http::Response<hyper::body::Incoming>,
+    upgrade: bool,
+) -> Result<(u16, u64, Option<hyper::upgrade::OnUpgrade>), Outcome> {
     let status = res.status();
+    if status == http::StatusCode::SWITCHING_PROTOCOLS {
+        let protocol = res.headers().get(http::header::UPGRADE).cloned();
+        let (true, Some(protocol)) = (upgrade, protocol) else {
+            return Err(Outcome::Before(RemoteError::BadOrigin(
+                "101 Switching Protocols without an Upgrade on both sides".into(),
+            )));
+        };
+        let on_upgrade = hyper::upgrade::on(&mut res);
+        let mut headers: Vec<Header> = res
+            .headers()
+            .iter()
+            .map(|(k, v)| Header::new(k.as_str(), v.as_bytes()))
+            .collect();
+        http1::strip_hop_by_hop(&mut headers);
+        http1::remove_header(&mut headers, http1::reply::ERROR_HEADER);
+        headers.push(Header::new("Connection", "upgrade"));
+        headers.push(Header::new("Upgrade", protocol.as_bytes()));
+        let head = http1::ResponseHead {
+            status: 101,
+            reason: "Switching Protocols".into(),
+            minor: 1,
+            headers,
+        };
+        wr.write_all(&http1::encode_response_head(&head))
+            .await
+            .map_err(|e| Outcome::Cut(format!("edge write: {e}")))?;
+        wr.flush()
+            .await
+            .map_err(|e| Outcome::Cut(format!("edge write: {e}")))?;
+        return Ok((101, 0, Some(on_upgrade)));
+    }
     let reason = res
         .extensions()
         .get::<hyper::ext::ReasonPhrase>()
@@ -493,12 +623,37 @@ async fn write_response<W: AsyncWrite + Unpin>(
         .iter()
         .map(|(k, v)| Header::new(k.as_str(), v.as_bytes()))
         .collect();
-    http1::strip_hop_by_hop(&mut headers);
-    let has_length = http1::header_str(&headers, "content-length").is_some();
     let no_body = method == "HEAD"
         || status.is_informational()
         || status == http::StatusCode::NO_CONTENT
         || status == http::StatusCode::NOT_MODIFIED;
+    if !no_body {
+        // hyper decodes a lone `chunked` and reads any other final coding until the close,
+        // still coded. Only the first is a body this proxy can deliver: forwarding coded bytes
+        // without their coding would hand the client a different representation.
+        let chunked = match http1::transfer_codings(&headers) {
+            Ok(None) => false,
+            Ok(Some(c)) if c == ["chunked"] => true,
+            Ok(Some(c)) => {
+                return Err(Outcome::Before(RemoteError::BadOrigin(format!(
+                    "the origin's reply uses the transfer coding {:?}, which the proxy does not \
+                     decode",
+                    c.join(", ")
+                ))))
+            }
+            Err(e) => return Err(Outcome::Before(RemoteError::BadOrigin(e.to_string()))),
+        };
+        // Transfer-Encoding overrides Content-Length, which an intermediary must remove
+        // (RFC 9112 §6.3 rule 3): the body is re-framed below.
+        if chunked {
+            http1::remove_header(&mut headers, "content-length");
+        }
+    }
+    http1::strip_hop_by_hop(&mut headers);
+    // `X-Longhaul-Error` marks the proxy's own synthetic replies on the stream; an origin's is
+    // removed so it can neither reach the client nor be taken for the proxy's outcome.
+    http1::remove_header(&mut headers, http1::reply::ERROR_HEADER);
+    let has_length = http1::header_str(&headers, "content-length").is_some();
     let out = if no_body || has_length {
         OutFraming::Raw
     } else {
@@ -535,7 +690,7 @@ async fn write_response<W: AsyncWrite + Unpin>(
     wr.flush()
         .await
         .map_err(|e| Outcome::Cut(format!("edge write: {e}")))?;
-    Ok((status.as_u16(), total))
+    Ok((status.as_u16(), total, None))
 }
 
 async fn connect_with_status<S: FarStream>(
