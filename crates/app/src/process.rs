@@ -1,7 +1,7 @@
 //! The process around either proxy, written once for both binaries: the command line (the
-//! flags both share, `gen-keys`, `--help`), loading the configuration (file or embedded defaults, then flags, then
-//! validation), `--check-config`, logging and runtime start-up, the SIGHUP reload loop and the
-//! SIGTERM/SIGINT shutdown signal.
+//! flags both share, `gen-keys`, `--help`), loading the configuration (file or embedded
+//! defaults, then flags, then validation), `--check-config`, logging and runtime start-up, the
+//! SIGHUP reload loop and the SIGTERM/SIGINT shutdown signal.
 //!
 //! What it does NOT do: know either proxy's own keys or flags (each proxy's `cli` module
 //! applies them), bind listeners or start pools (each proxy's `service::run` does), or apply
@@ -203,8 +203,9 @@ enum Cmd {
     GenKeys(crate::keys::GenKeysArgs),
 }
 
-/// The whole binary `prog` with flags `F`: parses the command line (`--help` with `help`'s
-/// texts; `gen-keys` runs here), then [`main`] with `F::load` and `run`.
+/// The whole binary `prog` with its own flags `F`: parses the command line (`--help` with
+/// `help`'s texts; `gen-keys` runs here), then [`main`] with the loading the flags describe
+/// and `run`.
 pub fn cli<F, Fut>(
     prog: &'static str,
     help: Help,

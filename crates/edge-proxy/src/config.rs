@@ -20,8 +20,8 @@ use crate::client::{ConnectReply, Settings};
 
 /// Default explicit proxy listener.
 pub const DEFAULT_EDGE_LISTEN: &str = "127.0.0.1:3128";
-/// Default remote proxy address.
-pub const DEFAULT_REMOTE: &str = "127.0.0.1:4443";
+/// Default remote proxy address: where a remote listens by default ([`pool::DEFAULT_REMOTE`]).
+pub const DEFAULT_REMOTE: &str = pool::DEFAULT_REMOTE;
 /// Default number of pool connections (seed 001: more connections lower latency; 4 suits a
 /// single-user demo, production sizes it from the link).
 pub const DEFAULT_CONNECTIONS: usize = 4;

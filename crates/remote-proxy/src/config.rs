@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::handler::Settings;
 use crate::policy::TargetPolicy;
 
-/// Default pool listener.
-pub const DEFAULT_REMOTE_LISTEN: &str = "127.0.0.1:4443";
+/// Default pool listener: the address an edge dials by default ([`pool::DEFAULT_REMOTE`]).
+pub const DEFAULT_REMOTE_LISTEN: &str = pool::DEFAULT_REMOTE;
 /// Default origin TCP connect timeout.
 pub const DEFAULT_ORIGIN_CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// Default wait for an origin's response head.
