@@ -105,33 +105,27 @@ impl<'a> Access<'a> {
         let ms = self.duration.as_millis() as u64;
         let ttfb_ms = self.ttfb.map(|t| t.as_millis() as u64);
         let detail: &str = &self.detail;
+        // One event shape for both sides; only the name of the peer field differs.
+        macro_rules! access_event {
+            ($($peer:tt)+) => {
+                tracing::info!(
+                    target: "access",
+                    $($peer)+,
+                    method = self.method,
+                    target = self.target,
+                    status = self.status,
+                    bytes_up = self.bytes_up,
+                    bytes_down = self.bytes_down,
+                    ms,
+                    ttfb_ms,
+                    outcome = self.outcome,
+                    detail,
+                )
+            };
+        }
         match self.peer {
-            Peer::Client(client) => tracing::info!(
-                target: "access",
-                %client,
-                method = self.method,
-                target = self.target,
-                status = self.status,
-                bytes_up = self.bytes_up,
-                bytes_down = self.bytes_down,
-                ms,
-                ttfb_ms,
-                outcome = self.outcome,
-                detail,
-            ),
-            Peer::Stream(stream) => tracing::info!(
-                target: "access",
-                stream,
-                method = self.method,
-                target = self.target,
-                status = self.status,
-                bytes_up = self.bytes_up,
-                bytes_down = self.bytes_down,
-                ms,
-                ttfb_ms,
-                outcome = self.outcome,
-                detail,
-            ),
+            Peer::Client(client) => access_event!(%client),
+            Peer::Stream(stream) => access_event!(stream),
         }
         crate::metrics::record_access(
             self.kind(),

@@ -63,6 +63,24 @@ pub enum ErrorTag {
 }
 
 impl ErrorTag {
+    /// Every tag.
+    pub const ALL: [ErrorTag; 14] = [
+        ErrorTag::BadRequest,
+        ErrorTag::HeaderTooLarge,
+        ErrorTag::NotImplemented,
+        ErrorTag::HeaderTimeout,
+        ErrorTag::ForbiddenClient,
+        ErrorTag::ForbiddenTarget,
+        ErrorTag::RemoteUnavailable,
+        ErrorTag::PoolBusy,
+        ErrorTag::TooManyConnections,
+        ErrorTag::DnsFailed,
+        ErrorTag::ConnectFailed,
+        ErrorTag::OriginTimeout,
+        ErrorTag::BadReply,
+        ErrorTag::BadOriginReply,
+    ];
+
     /// The tag as sent and logged.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -146,26 +164,14 @@ mod tests {
 
     #[test]
     fn every_tag_has_an_error_status_with_a_reason_phrase() {
-        use ErrorTag::*;
-        for t in [
-            BadRequest,
-            HeaderTooLarge,
-            NotImplemented,
-            HeaderTimeout,
-            ForbiddenClient,
-            ForbiddenTarget,
-            RemoteUnavailable,
-            PoolBusy,
-            TooManyConnections,
-            DnsFailed,
-            ConnectFailed,
-            OriginTimeout,
-            BadReply,
-            BadOriginReply,
-        ] {
+        for t in ErrorTag::ALL {
             assert!((400..600).contains(&t.status()), "{t}");
             assert_ne!(reason_phrase(t.status()), "Error", "{t}");
             assert_eq!(t.to_string(), t.as_str());
         }
+        let mut names: Vec<_> = ErrorTag::ALL.iter().map(|t| t.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ErrorTag::ALL.len(), "tags are distinct");
     }
 }
