@@ -11,6 +11,10 @@
 //! [`DEFAULT_MAX_REFUSALS`] such answers are in flight at once; beyond that a connection is
 //! closed without one. Refusals are logged at most once a second, with counts.
 //!
+//! Every [`DEFAULT_HEAP_TRIM_INTERVAL`], if client connections ended meanwhile, the heap's free
+//! memory is handed back to the kernel, so the buffers of a crowd of slow readers do not stay
+//! resident after they leave.
+//!
 //! It does NOT parse HTTP ([`crate::client`]) or own the pool ([`crate::service`] does).
 
 use std::future::Future;
@@ -137,6 +141,11 @@ async fn answer_refusal(mut sock: TcpStream, limit: usize) {
     .await;
 }
 
+/// How often the edge returns freed heap memory to the kernel, when client connections ended
+/// since the last time ([`netsys::release_free_heap`]): the buffers of many slow readers are
+/// freed when they leave, but the allocator keeps the pages unless asked.
+pub const DEFAULT_HEAP_TRIM_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Serves clients until `shutdown` completes, then drains for at most `grace`.
 pub async fn run<T: Transport>(
     transport: T,
@@ -158,11 +167,24 @@ pub async fn run<T: Transport>(
     let mut refusals = Refusals::new();
     let limit = ctx.settings.max_client_connections;
     tokio::pin!(shutdown);
+    // Connections ended since the heap was last trimmed.
+    let mut ended = 0usize;
+    let mut trim = tokio::time::interval(DEFAULT_HEAP_TRIM_INTERVAL);
+    trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         // Reap finished connections so the set stays small.
-        while conns.try_join_next().is_some() {}
+        while conns.try_join_next().is_some() {
+            ended += 1;
+        }
         tokio::select! {
             _ = &mut shutdown => break,
+            _ = trim.tick() => {
+                if ended > 0 {
+                    ended = 0;
+                    let released = tokio::task::spawn_blocking(netsys::release_free_heap).await;
+                    tracing::debug!(released = released.unwrap_or(false), "freed heap returned to the kernel");
+                }
+            }
             r = proxy.accept() => match r {
                 Ok((sock, peer)) if conns.len() >= limit => {
                     // A client not allowed in is not told anything about the proxy.
@@ -191,7 +213,7 @@ pub async fn run<T: Transport>(
                 },
                 Err(e) => accept_error(e).await,
             },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            Some(_) = conns.join_next(), if !conns.is_empty() => ended += 1,
         }
     }
     refusals.tasks.abort_all();

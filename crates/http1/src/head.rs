@@ -547,6 +547,14 @@ fn parse_response(
                 if n > max_bytes || res.headers.len() > max_fields {
                     return Err(HeadError::TooLarge(max_bytes));
                 }
+                // Three digits, but only 100..=599 are status codes (RFC 9110 §15): `050`
+                // would be re-sent as `50`, which is not a status line at all.
+                let code = res.code.unwrap_or_default();
+                if !(100..=599).contains(&code) {
+                    return Err(HeadError::Malformed(format!(
+                        "invalid status code {code:03}"
+                    )));
+                }
                 let head = ResponseHead {
                     status: res.code.unwrap_or_default(),
                     reason: res.reason.unwrap_or_default().to_string(),
@@ -1360,6 +1368,21 @@ mod tests {
         assert!(is_field_line(b"X-T: v"));
         assert!(!is_field_line(b"GET / HTTP/1.1"));
         assert!(!is_field_line(b": v"));
+    }
+
+    #[tokio::test]
+    async fn status_codes_outside_100_to_599_are_malformed() {
+        for line in [
+            &b"HTTP/1.1 050 X\r\n\r\n"[..],
+            b"HTTP/1.1 000 X\r\n\r\n",
+            b"HTTP/1.1 600 X\r\n\r\n",
+        ] {
+            let mut r = line;
+            assert!(matches!(
+                read_response_head(&mut r, &mut BytesMut::new(), 1024).await,
+                Err(HeadError::Malformed(_))
+            ));
+        }
     }
 
     #[tokio::test]

@@ -490,7 +490,8 @@ async fn request_framing_and_forwarding() {
         row(
             "te-obs-text-is-an-error",
             "RFC 9112 §6.3 rule 4: a TE that cannot be parsed is an error, never absent (was: \
-             framed by Content-Length and the body forwarded as a second request)",
+             framed by Content-Length and the body forwarded as a second request; Squid 5.7: \
+             501)",
             b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: chunked\xff\r\nContent-Length: 38\r\n\r\nGET http://{o}/smuggled HTTP/1.1\r\n\r\n",
             vec![Statuses(&[400]), OriginRequests(0), OriginLacks("smuggled"), End(Closed)],
         ),
@@ -502,13 +503,13 @@ async fn request_framing_and_forwarding() {
         ),
         row(
             "te-unknown-coding-501",
-            "RFC 9112 §6.1: a transfer coding the server does not understand: 501 (Squid: 501)",
+            "RFC 9112 §6.1: a transfer coding the server does not understand: 501 (Squid 5.7: 501)",
             b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
             vec![Statuses(&[501]), OriginRequests(0), End(Closed)],
         ),
         row(
             "te-final-not-chunked-400",
-            "RFC 9112 §6.3 rule 4: chunked not final in a request: 400",
+            "RFC 9112 §6.3 rule 4: chunked not final in a request: 400 (Squid 5.7: 501)",
             b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n",
             vec![Statuses(&[400]), OriginRequests(0), End(Closed)],
         ),
@@ -520,19 +521,21 @@ async fn request_framing_and_forwarding() {
         ),
         row(
             "te-empty-400",
-            "RFC 9112 §6.1: Transfer-Encoding = #transfer-coding, at least one",
+            "RFC 9112 §6.1: Transfer-Encoding = #transfer-coding, at least one (Squid 5.7: 501)",
             b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: \r\n\r\n",
             vec![Statuses(&[400]), OriginRequests(0)],
         ),
         row(
             "te-in-http10-400",
-            "RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing",
+            "RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing \
+             (choice: refused; Squid 5.7 forwards it)",
             b"POST http://{o}/a HTTP/1.0\r\nHost: {o}\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             vec![Statuses(&[400]), OriginRequests(0)],
         ),
         row(
             "te-and-cl-400",
-            "RFC 9112 §6.3 rule 3: TE with CL may be smuggling; the edge refuses it (Squid: 400 too)",
+            "RFC 9112 §6.3 rule 3: a server may reject TE with CL; the edge does (choice: it is a \
+             smuggling form; Squid 5.7 accepts it, TE wins)",
             b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
             vec![Statuses(&[400]), OriginRequests(0)],
         ),
@@ -545,7 +548,8 @@ async fn request_framing_and_forwarding() {
         // Chunked request bodies.
         row(
             "chunk-size-plus-sign",
-            "RFC 9112 §7.1: chunk-size = 1*HEXDIG (no sign); the README promises 400",
+            "RFC 9112 §7.1: chunk-size = 1*HEXDIG (no sign); the README promises 400 (Squid 5.7 \
+             closes without a reply)",
             b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: chunked\r\n\r\n+5\r\nhello\r\n0\r\n\r\n",
             vec![Statuses(&[400]), OriginRequests(0), End(Closed)],
         ),
@@ -576,14 +580,13 @@ async fn request_framing_and_forwarding() {
         row(
             "request-line-after-last-chunk",
             "RFC 9112 §7.1.2: trailers are field lines until an empty line; a request line is \
-             not one (was: swallowed as a trailer)",
+             not one (was: swallowed as a trailer; Squid 5.7 swallows it too)",
             b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nGET http://{o}/smuggled HTTP/1.1\r\nHost: {o}\r\n\r\n",
             vec![Statuses(&[400]), OriginRequests(0), OriginLacks("smuggled")],
         ),
         row(
             "trailer-field-dropped",
-            "RFC 9112 §7.1.2: a trailer field may be dropped by an intermediary (choice: drop, \
-             as Squid does)",
+            "RFC 9112 §7.1.2: a trailer field may be dropped by an intermediary (choice: drop)",
             b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n1\r\nx\r\n0\r\nX-Trailer: t\r\n\r\n",
             vec![Statuses(&[200]), OriginRequests(1), OriginLacks("x-trailer")],
         ),
@@ -610,22 +613,23 @@ async fn request_framing_and_forwarding() {
         // Versions.
         row(
             "http-1-2-is-1-1",
-            "RFC 9110 §2.5: a higher minor version is handled as the highest supported (Squid: \
-             answers it too)",
+            "RFC 9110 §2.5: a higher minor version is handled as the highest supported (Squid \
+             5.7 too)",
             b"GET http://{o}/v HTTP/1.2\r\nHost: {o}\r\nConnection: close\r\n\r\n",
             vec![Statuses(&[200]), OriginRequests(1), OriginHas("GET /v HTTP/1.1\r\n")],
         ),
         // Max-Forwards.
         row(
             "options-max-forwards-0-answered-by-proxy",
-            "RFC 9110 §7.6.2, §9.3.7: at 0 the proxy is the final recipient",
+            "RFC 9110 §7.6.2, §9.3.7: at 0 the proxy is the final recipient (Squid 5.7 answers \
+             501)",
             b"OPTIONS http://{o}/ HTTP/1.1\r\nHost: {o}\r\nMax-Forwards: 0\r\nConnection: close\r\n\r\n",
             vec![Statuses(&[200]), ClientHas("Allow: GET"), OriginRequests(0)],
         ),
         row(
             "trace-max-forwards-0-echoed",
             "RFC 9110 §9.3.8: the final recipient echoes the request as message/http, minus \
-             credentials and cookies (Squid echoes it too)",
+             credentials and cookies (Squid 5.7 echoes it, Cookie included)",
             b"TRACE http://{o}/t HTTP/1.1\r\nHost: {o}\r\nMax-Forwards: 0\r\nCookie: secret=1\r\nX-Seen: yes\r\nConnection: close\r\n\r\n",
             vec![
                 Statuses(&[200]),
@@ -765,7 +769,7 @@ async fn origin_reply_framing_and_forwarding() {
             "cl-and-te-gzip-502",
             "RFC 9112 §6.3 rule 3: final coding not chunked: delimited by the close; the proxy \
              does not decode gzip transfer coding and must not pass it off as decoded \
-             (choice: 502, as Squid)",
+             (choice: 502, as Squid 5.7)",
             b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: gzip\r\n\r\nhello-coded",
             vec![Statuses(&[502]), ClientLacks("hel"), ClientHas("bad-origin-reply")],
         ),
@@ -832,7 +836,7 @@ async fn origin_reply_framing_and_forwarding() {
             ..reply_row(
                 "origin-connection-close-is-hop-by-hop",
                 "RFC 9110 §7.6.1: Connection is hop-by-hop; the client's connection stays \
-                 persistent (choice, as Squid: each side's persistence is its own)",
+                 persistent (choice, as Squid 5.7: each side's persistence is its own)",
                 b"",
                 vec![Statuses(&[200, 200]), ClientLacks("connection: close"), End(Open)],
             )

@@ -27,6 +27,9 @@
 //!   (`pthread_sigmask`, `sigwaitinfo`, `kill`) for command-line tools that must tear down
 //!   on Ctrl-C.
 //!
+//! * [`release_free_heap`]: `malloc_trim(0)` (glibc), hands memory the allocator holds free
+//!   back to the kernel (a proxy whose connections ended keeps no idle resident memory).
+//!
 //! It does not wrap anything that `socket2`, `std` or `tokio` already expose safely.
 //! Linux only.
 
@@ -45,6 +48,25 @@ const SO_ORIGINAL_DST: libc::c_int = 80;
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: libc::c_short = 0x0001;
 const IFF_NO_PI: libc::c_short = 0x1000;
+
+/// Returns the memory the C allocator holds free (whole free pages in every arena, not only at
+/// the top of the heap) to the kernel: `malloc_trim(0)` with glibc. Returns true if memory was
+/// released. Freed buffers otherwise stay resident: glibc raises its mmap threshold as large
+/// blocks are freed, so later large buffers come from arenas it rarely shrinks. Takes time in
+/// proportion to the heap (it walks the arenas under their locks): call it now and then, off
+/// the hot path. Without glibc it does nothing and returns false.
+#[cfg(target_env = "gnu")]
+pub fn release_free_heap() -> bool {
+    // SAFETY: malloc_trim takes no pointers; it only walks and shrinks the allocator's own
+    // state, under the allocator's locks, and is safe to call from any thread at any time.
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
+/// Without glibc there is no `malloc_trim`: nothing is released.
+#[cfg(not(target_env = "gnu"))]
+pub fn release_free_heap() -> bool {
+    false
+}
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
