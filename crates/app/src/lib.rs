@@ -1,5 +1,6 @@
 //! What both longhaul binaries share, below both proxy crates so that neither depends on the
-//! other: the access log ([`access`]), configuration sections and validation helpers ([`config`]), logging ([`logging`]),
+//! other: the access log ([`access`]), configuration sections and validation helpers ([`config`]), the host settings the pool
+//! depends on ([`host`]), logging ([`logging`]),
 //! Prometheus metrics and the `/metrics` endpoint ([`metrics`]), systemd notifications
 //! ([`notify`]), reload ([`reload`]), the process around either proxy (flags both share,
 //! loading, `--check-config`, the SIGHUP and shutdown loops: [`process`]), the `gen-keys` subcommand ([`keys`]) and the glue between
@@ -11,6 +12,7 @@
 
 pub mod access;
 pub mod config;
+pub mod host;
 pub mod keys;
 pub mod logging;
 pub mod metrics;

@@ -101,6 +101,9 @@ pub struct Metrics {
     limits: Mutex<Vec<(String, WaitingSource)>>,
     handshakes_pending: Family<Labels1, Gauge>,
     refused: Family<[(&'static str, String); 2], Gauge>,
+    /// `net.ipv4.tcp_slow_start_after_idle` at start (no series until [`crate::host::check`]
+    /// could read it).
+    host_slow_start_after_idle: Family<[(&'static str, String); 0], Gauge>,
     /// Remote pool servers whose admission is read at scrape time.
     admission: Mutex<Vec<(String, AdmissionSource)>>,
     /// Pools whose connections are read at scrape time, with the label that names each.
@@ -143,6 +146,7 @@ impl Metrics {
             limits: Mutex::new(Vec::new()),
             handshakes_pending: Family::default(),
             refused: Family::default(),
+            host_slow_start_after_idle: Family::default(),
             admission: Mutex::new(Vec::new()),
             sources: Mutex::new(Vec::new()),
             waiting: Mutex::new(Vec::new()),
@@ -266,7 +270,22 @@ impl Metrics {
              connections (max_connections up) (remote)",
             m.refused.clone(),
         );
+        registry.register(
+            "host_tcp_slow_start_after_idle",
+            "net.ipv4.tcp_slow_start_after_idle of the proxy's network namespace at start: 1 \
+             shrinks idle TCP pool connections' congestion windows (cubic, reno; BBR is exempt), \
+             undoing the warm pool; set it to 0 (deploy/sysctl.d)",
+            m.host_slow_start_after_idle.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Sets the `host_tcp_slow_start_after_idle` gauge (read by [`crate::host::check`]; the
+    /// series has no labels and shows as `{}` in the exposition).
+    pub fn set_host_slow_start_after_idle(&self, on: bool) {
+        self.host_slow_start_after_idle
+            .get_or_create(&[])
+            .set(i64::from(on));
     }
 
     /// Reads the stream limit of `pool` at every scrape (labelled `pool="<name>"`).

@@ -1,7 +1,8 @@
 //! The edge as a running service: what `edge-proxy` does once its configuration is loaded.
 //!
 //! What it does: binds the explicit and transparent listeners, starts the pool to the remotes
-//! and the metrics endpoint, registers the pools' gauges, spawns the SIGHUP reload, waits for
+//! and the metrics endpoint, registers the pools' gauges, checks the host's TCP settings
+//! ([`app::host::check`]), spawns the SIGHUP reload, waits for
 //! the pool (bounded), tells systemd it is ready, serves clients ([`crate::server::run`]) until
 //! SIGTERM or SIGINT, then drains and closes the pool.
 //!
@@ -50,6 +51,7 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
     };
     let tls = tls_client(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
     let metrics = app::metrics::start(&cfg.metrics).await?;
+    app::host::check(cfg.pool.carrier, &cfg.pool.congestion);
     let pool = start_pool(&cfg, tls.clone())?;
     for r in pool.remotes() {
         let p = r.pool.clone();

@@ -391,6 +391,18 @@ fn metrics_count_traffic_and_show_pool_connections() {
         Some(2.0),
         "{remote}"
     );
+    // Both proxies show the host's tcp_slow_start_after_idle (this namespace's, read by the
+    // test the same way); the default congestion control (bbr) is exempt, so no warning.
+    let host = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_slow_start_after_idle")
+        .map(|v| f64::from(u8::from(v.trim() != "0")));
+    for (side, text) in [("edge", &after), ("remote", &remote)] {
+        let shown = sample(text, "longhaul_host_tcp_slow_start_after_idle", &[]);
+        match &host {
+            Ok(v) => assert_eq!(shown, Some(*v), "{side}: {text}"),
+            Err(_) => assert_eq!(shown, None, "{side}: {text}"),
+        }
+    }
+    assert!(!pair.edge.log_text().contains("slow start again"));
     // Other paths are not served.
     let (status, _, _) = raw_request(edge_metrics, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
     assert_eq!(status, 404);

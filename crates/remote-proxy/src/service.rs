@@ -1,7 +1,7 @@
 //! The remote as a running service: what `remote-proxy` does once its configuration is loaded.
 //!
 //! What it does: binds the pool listener (TCP, TCP+TLS or QUIC), starts the metrics endpoint
-//! and registers the server's gauges, spawns the SIGHUP reload, tells systemd it is ready,
+//! and registers the server's gauges, checks the host's TCP settings ([`app::host::check`]), spawns the SIGHUP reload, tells systemd it is ready,
 //! serves the edges' streams ([`crate::pool_glue::run_shared`]) until SIGTERM or SIGINT, then
 //! drains.
 //!
@@ -55,6 +55,7 @@ pub async fn run(cfg: RemoteConfig, reload: Reload<RemoteConfig>) -> anyhow::Res
         app::metrics::global().add_admission("edges", Arc::new(move || s.admission()));
     }
     let metrics = app::metrics::start(&cfg.metrics).await?;
+    app::host::check(cfg.carrier, &cfg.congestion);
     reload.spawn(tls.map(|t| t as Arc<dyn KeyFiles>), "[tls]");
     let policy = cfg.policy();
     tracing::info!(
