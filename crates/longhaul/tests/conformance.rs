@@ -18,42 +18,13 @@ use edge_proxy::client::{ConnectReply, Settings};
 use edge_proxy::server::{self, Interception, Listeners};
 use edge_proxy::transport::{FarFailure, OpenError, StreamKind, Transport};
 use http1::BodyDecoder;
-use remote_proxy::errors::ResetReason;
-use remote_proxy::handler::{self, Ctx, FarStream};
+use remote_proxy::handler::{self, Ctx};
 use remote_proxy::policy::TargetPolicy;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-/// The far end of an in-memory stream.
-struct Far(DuplexStream);
-
-impl AsyncRead for Far {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-impl AsyncWrite for Far {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-impl FarStream for Far {
-    fn reset(&mut self, _why: ResetReason) {}
-}
+mod inproc;
+use inproc::Far;
 
 /// Opens streams as in-memory pipes served by the remote's handler.
 #[derive(Clone)]
