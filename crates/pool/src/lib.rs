@@ -67,6 +67,7 @@ mod edge;
 mod gate;
 mod queue;
 pub mod quic;
+pub mod rate;
 mod server;
 mod shared;
 mod stats;

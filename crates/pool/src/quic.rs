@@ -3,7 +3,8 @@
 //!
 //! What it does: [`QuicOptions`] tunes quinn from the link's RTT × rate
 //! (bounded stream and connection receive windows, send window, congestion
-//! controller BBR/Cubic/NewReno, initial window, keep-alive, idle timeout;
+//! controller BBR/Cubic/NewReno or the provisioned-rate controller [`crate::rate`], initial
+//! window, keep-alive, idle timeout;
 //! GSO/GRO as quinn enables them where the kernel has them). The edge side
 //! dials N connections with mutual TLS from the same files as the TCP pool
 //! ([`crate::tls::TlsClient`], ALPN `longhaul/1`), re-dials lost ones with
@@ -113,6 +114,9 @@ pub enum Congestion {
     Cubic,
     /// NewReno.
     NewReno,
+    /// Paces at the provisioned rate ([`QuicOptions::link_rate_bps`]) shared among the pool's
+    /// busy connections; backs off on queueing delay, not on random loss ([`crate::rate`]).
+    Rate,
 }
 
 impl FromStr for Congestion {
@@ -122,8 +126,9 @@ impl FromStr for Congestion {
             "bbr" => Ok(Congestion::Bbr),
             "cubic" => Ok(Congestion::Cubic),
             "newreno" | "new_reno" | "reno" => Ok(Congestion::NewReno),
+            "rate" => Ok(Congestion::Rate),
             o => Err(format!(
-                "unknown QUIC congestion controller {o:?} (bbr, cubic, newreno)"
+                "unknown QUIC congestion controller {o:?} (bbr, cubic, newreno, rate)"
             )),
         }
     }
@@ -152,6 +157,9 @@ pub struct QuicOptions {
     pub idle_timeout: Duration,
     /// Round-trip time used before the first measurement.
     pub initial_rtt: Duration,
+    /// The provisioned rate of the link in bits per second: what [`Congestion::Rate`] paces
+    /// the pool at (other controllers ignore it).
+    pub link_rate_bps: u64,
 }
 
 impl Default for QuicOptions {
@@ -190,6 +198,7 @@ impl QuicOptions {
             keep_alive: DEFAULT_KEEP_ALIVE,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             initial_rtt: rtt,
+            link_rate_bps: rate_bps,
         }
     }
 
@@ -201,6 +210,9 @@ impl QuicOptions {
         }
         if self.receive_window < self.stream_receive_window || self.receive_window > max {
             return Err("quic receive_window must be at least stream_receive_window".into());
+        }
+        if self.congestion == Congestion::Rate && self.link_rate_bps == 0 {
+            return Err("quic congestion \"rate\" needs a positive link rate".into());
         }
         if self.send_window == 0 {
             return Err("quic send_window must be positive".into());
@@ -259,6 +271,13 @@ impl QuicOptions {
                     c.initial_window(w);
                 }
                 t.congestion_controller_factory(Arc::new(c));
+            }
+            // Starts at its share of the provisioned rate: `initial_window` does not apply.
+            Congestion::Rate => {
+                t.congestion_controller_factory(Arc::new(crate::rate::RateConfig::new(
+                    self.link_rate_bps,
+                    self.initial_rtt,
+                )));
             }
         }
         Ok(t)

@@ -1,0 +1,594 @@
+//! `rate`: a rate-based congestion controller for QUIC pool connections on a provisioned
+//! link (`congestion = "rate"`, QUIC carrier only).
+//!
+//! What it does: presents quinn a congestion window of `share × (base RTT + allowance)`, where
+//! the share is `link.rate_mbit` divided among the connections of one pool that have data in
+//! flight ([`RateConfig`] counts them), so the pool as a whole sends at most the provisioned
+//! rate. quinn sends at most one window per round trip and paces it at 1.25 × window ÷
+//! smoothed RTT (`quinn-proto` `connection/pacing.rs`), so on an unqueued path a connection
+//! carries its share plus at most the allowance's worth (allowance ÷ base RTT) more, which
+//! the bottleneck holds as a standing queue of at most the allowance. The controller starts
+//! at its full share (as satellite PEPs pace at the provisioned rate from the first packet)
+//! and then:
+//! - **Random loss is not congestion.** A loss leaves the window alone unless the delay says
+//!   the path is queued (then it counts as a delay decrease, at most one per round trip).
+//!   ECN congestion marks do cut the window: they are explicit congestion signals.
+//! - **Queueing delay is.** Once per round trip it compares the round's *smallest* RTT sample
+//!   (so one delayed ACK or one jittered sample does not count: Copa's "standing RTT",
+//!   Arun & Balakrishnan, NSDI 2018), capped by quinn's smoothed RTT (which has the peer's
+//!   ACK delay removed), with the base RTT, the minimum over the last one to two
+//!   [`BASE_RTT_BUCKET`]s (LEDBAT's base-delay history, RFC 6817 §3.4.2, so a route change is
+//!   learnt). Queueing delay above [`threshold`] (max(25 ms, base ÷ 4)) halves the gain
+//!   (multiplicative decrease, as Vegas/LEDBAT back off on delay rather than loss), and the
+//!   acknowledgements of packets sent before the decrease are not judged again; at or below
+//!   half the threshold the gain grows by 1.25 per round (BBR's probing gain) back toward the
+//!   share; in between it holds. A link slower than configured, or one shared with other
+//!   traffic, therefore sees a queue of about the threshold at most, never the flood a fixed
+//!   pacing rate would send into it.
+//! - **Persistent congestion** (quinn's `is_persistent_congestion`: everything sent for
+//!   about three probe timeouts was lost) collapses the window to two datagrams, as NewReno
+//!   does (RFC 9002 §7.6.2); the gain then doubles per round trip without queueing delay.
+//!
+//! What it does NOT do: measure the bottleneck (the operator states it: this is for
+//! provisioned, dedicated capacity; on a path shared with loss-based flows it yields to them,
+//! as LEDBAT does), share a rate across pools or processes (each pool, i.e. each remote on the
+//! edge and the remote's listener, counts its own connections), pace by itself (quinn's pacer
+//! does), or apply to the TCP carrier (the kernel owns TCP's controller).
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quinn::congestion::{Controller, ControllerFactory, ControllerMetrics};
+use quinn_proto::RttEstimator;
+
+/// Smallest datagram size QUIC allows (RFC 9000 §14): the window floor counts in these until
+/// quinn reports the path's MTU.
+const BASE_DATAGRAM: u64 = 1200;
+/// Length of one bucket of the base-RTT history: the base RTT is the minimum over the current
+/// and the previous bucket (60 to 120 s of samples).
+pub const BASE_RTT_BUCKET: Duration = Duration::from_secs(60);
+/// Smallest fraction of the share the gain is cut to by delay.
+pub const MIN_GAIN: f64 = 1.0 / 64.0;
+/// Gain multiplier on a round with queueing delay above the threshold.
+pub const DECREASE: f64 = 0.5;
+/// Gain multiplier on a round without queueing delay.
+pub const PROBE: f64 = 1.25;
+
+/// Queueing delay above which a round counts as congested: max(25 ms, base ÷ 4).
+pub fn threshold(base: Duration) -> Duration {
+    (base / 4).max(Duration::from_millis(25))
+}
+
+/// Round-trip time added to the base RTT in the window: max(10 ms, base ÷ 16). It covers
+/// delayed ACKs and ACK batching so that the window does not starve the link; always below
+/// half the threshold, so a link at exactly the configured rate stays in the hold band.
+pub fn allowance(base: Duration) -> Duration {
+    (base / 16).max(Duration::from_millis(10))
+}
+
+/// Factory of [`Rate`] controllers for one pool: the provisioned rate and the count of its
+/// connections with data in flight, among which the rate is shared.
+#[derive(Debug)]
+pub struct RateConfig {
+    rate_bps: u64,
+    initial_rtt: Duration,
+    active: Arc<AtomicU32>,
+}
+
+impl RateConfig {
+    /// A pool pacing at most `rate_bps` in total; `initial_rtt` stands for the base RTT until
+    /// the first sample.
+    pub fn new(rate_bps: u64, initial_rtt: Duration) -> RateConfig {
+        RateConfig {
+            rate_bps: rate_bps.max(1),
+            initial_rtt,
+            active: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// A controller, as quinn builds one per connection.
+    pub fn controller(&self, now: Instant, mtu: u16) -> Rate {
+        Rate {
+            rate_bps: self.rate_bps,
+            initial_rtt: self.initial_rtt,
+            active: self.active.clone(),
+            counted: false,
+            mtu: u64::from(mtu).max(BASE_DATAGRAM),
+            gain: 1.0,
+            restarting: false,
+            base: BaseRtt::default(),
+            srtt: None,
+            round_start: now,
+            round_min: None,
+            recovery_start: None,
+            decreases: 0,
+        }
+    }
+}
+
+impl ControllerFactory for RateConfig {
+    fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn Controller> {
+        Box::new(self.controller(now, current_mtu))
+    }
+}
+
+/// Minimum RTT over the current and the previous [`BASE_RTT_BUCKET`].
+#[derive(Debug, Clone, Default)]
+struct BaseRtt {
+    started: Option<Instant>,
+    current: Option<Duration>,
+    previous: Option<Duration>,
+}
+
+impl BaseRtt {
+    fn update(&mut self, now: Instant, sample: Duration) {
+        let started = *self.started.get_or_insert(now);
+        if now.saturating_duration_since(started) >= BASE_RTT_BUCKET {
+            self.previous = self.current.take();
+            self.started = Some(now);
+        }
+        self.current = Some(self.current.map_or(sample, |c| c.min(sample)));
+    }
+
+    fn get(&self) -> Option<Duration> {
+        match (self.current, self.previous) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// One connection's rate controller (module doc).
+#[derive(Debug)]
+pub struct Rate {
+    rate_bps: u64,
+    initial_rtt: Duration,
+    active: Arc<AtomicU32>,
+    /// Whether this controller is counted in `active`.
+    counted: bool,
+    mtu: u64,
+    /// Fraction of the share in use, 0 (collapsed) or [`MIN_GAIN`]..=1.
+    gain: f64,
+    /// After persistent congestion: the gain doubles per clear round.
+    restarting: bool,
+    base: BaseRtt,
+    /// quinn's smoothed RTT at the last acknowledgement.
+    srtt: Option<Duration>,
+    round_start: Instant,
+    /// Smallest RTT sample of the round so far.
+    round_min: Option<Duration>,
+    /// Packets sent before this instant are not judged (the last decrease or collapse).
+    recovery_start: Option<Instant>,
+    decreases: u64,
+}
+
+impl Rate {
+    /// This connection's share of the provisioned rate, in bits per second.
+    pub fn share_bps(&self) -> u64 {
+        let n = self.active.load(Ordering::Relaxed).max(1);
+        self.rate_bps / u64::from(n)
+    }
+
+    /// The base (minimum) RTT, or the configured initial RTT before any sample.
+    pub fn base_rtt(&self) -> Duration {
+        self.base.get().unwrap_or(self.initial_rtt)
+    }
+
+    /// The window at full gain: share × (base RTT + allowance), in bytes.
+    pub fn full_window(&self) -> u64 {
+        let base = self.base_rtt();
+        let t = base + allowance(base);
+        (u128::from(self.share_bps()) * t.as_nanos() / 8_000_000_000) as u64
+    }
+
+    /// Fraction of the share in use.
+    pub fn gain(&self) -> f64 {
+        self.gain
+    }
+
+    /// Window reductions so far (delay, ECN or persistent congestion).
+    pub fn decreases(&self) -> u64 {
+        self.decreases
+    }
+
+    fn min_window(&self) -> u64 {
+        2 * self.mtu
+    }
+
+    fn judged(&self, sent: Instant) -> bool {
+        self.recovery_start.is_none_or(|r| sent >= r)
+    }
+
+    /// Queueing delay now: the round's smallest sample (or the smoothed RTT), capped by the
+    /// smoothed RTT, above the base RTT.
+    fn queueing(&self) -> Option<Duration> {
+        let standing = match (self.round_min, self.srtt) {
+            (Some(m), Some(s)) => m.min(s),
+            (a, b) => a.or(b)?,
+        };
+        Some(standing.saturating_sub(self.base.get()?))
+    }
+
+    /// An acknowledgement of a packet sent at `sent`, with quinn's smoothed RTT `srtt`.
+    pub fn ack(&mut self, now: Instant, sent: Instant, srtt: Duration) {
+        self.srtt = Some(srtt);
+        if !self.judged(sent) {
+            return;
+        }
+        let sample = now.saturating_duration_since(sent);
+        self.base.update(now, sample);
+        self.round_min = Some(self.round_min.map_or(sample, |m| m.min(sample)));
+        if sent >= self.round_start {
+            self.end_round(now);
+        }
+    }
+
+    fn end_round(&mut self, now: Instant) {
+        let limit = threshold(self.base_rtt());
+        match self.queueing() {
+            Some(q) if q > limit => self.decrease(now),
+            Some(q) if q <= limit / 2 => {
+                let f = if self.restarting { 2.0 } else { PROBE };
+                self.gain = (self.gain * f).clamp(MIN_GAIN, 1.0);
+                if self.gain >= 1.0 {
+                    self.restarting = false;
+                }
+                self.new_round(now);
+            }
+            _ => self.new_round(now),
+        }
+    }
+
+    fn new_round(&mut self, now: Instant) {
+        self.round_start = now;
+        self.round_min = None;
+    }
+
+    fn decrease(&mut self, now: Instant) {
+        self.gain = (self.gain * DECREASE).max(MIN_GAIN);
+        self.restarting = false;
+        self.decreases += 1;
+        self.recovery_start = Some(now);
+        self.new_round(now);
+    }
+
+    /// Loss (`lost_bytes` > 0) or an ECN mark (0) of packets up to one sent at `sent`.
+    pub fn congestion(&mut self, now: Instant, sent: Instant, persistent: bool, lost_bytes: u64) {
+        if persistent {
+            self.gain = 0.0;
+            self.restarting = true;
+            self.decreases += 1;
+            self.recovery_start = Some(now);
+            self.new_round(now);
+            return;
+        }
+        if !self.judged(sent) {
+            return;
+        }
+        let queued = self
+            .queueing()
+            .is_some_and(|q| q > threshold(self.base_rtt()));
+        if lost_bytes == 0 || queued {
+            self.decrease(now);
+        }
+    }
+
+    /// Packets were sent: this connection takes part in the share.
+    pub fn sent(&mut self) {
+        if !self.counted {
+            self.counted = true;
+            self.active.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An ACK batch was processed with `in_flight` bytes still unacknowledged: with none, this
+    /// connection leaves the share to the others.
+    pub fn end_acks(&mut self, in_flight: u64) {
+        if in_flight == 0 {
+            self.uncount();
+        }
+    }
+
+    fn uncount(&mut self) {
+        if self.counted {
+            self.counted = false;
+            self.active.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Rate {
+    fn drop(&mut self) {
+        self.uncount();
+    }
+}
+
+impl Clone for Rate {
+    /// The clone (quinn's new path) starts uncounted: it joins the share when it sends.
+    fn clone(&self) -> Rate {
+        Rate {
+            active: self.active.clone(),
+            counted: false,
+            base: self.base.clone(),
+            ..*self
+        }
+    }
+}
+
+impl Controller for Rate {
+    fn on_sent(&mut self, _now: Instant, _bytes: u64, _last_packet_number: u64) {
+        self.sent();
+    }
+
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        _bytes: u64,
+        _app_limited: bool,
+        rtt: &RttEstimator,
+    ) {
+        self.ack(now, sent, rtt.get());
+    }
+
+    fn on_end_acks(
+        &mut self,
+        _now: Instant,
+        in_flight: u64,
+        _app_limited: bool,
+        _largest_packet_num_acked: Option<u64>,
+    ) {
+        self.end_acks(in_flight);
+    }
+
+    fn on_congestion_event(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        is_persistent_congestion: bool,
+        lost_bytes: u64,
+    ) {
+        self.congestion(now, sent, is_persistent_congestion, lost_bytes);
+    }
+
+    fn on_mtu_update(&mut self, new_mtu: u16) {
+        self.mtu = u64::from(new_mtu).max(BASE_DATAGRAM);
+    }
+
+    fn window(&self) -> u64 {
+        ((self.full_window() as f64 * self.gain) as u64).max(self.min_window())
+    }
+
+    fn metrics(&self) -> ControllerMetrics {
+        let mut m = ControllerMetrics::default();
+        m.congestion_window = self.window();
+        m.pacing_rate = Some((self.share_bps() as f64 * self.gain) as u64);
+        m
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(self.clone())
+    }
+
+    fn initial_window(&self) -> u64 {
+        self.window()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+    /// 10 Mbit/s at 200 ms: the `lossy` profile.
+    const RATE: u64 = 10_000_000;
+    const BASE: Duration = Duration::from_millis(200);
+
+    /// A bulk sender over a path of `rtt`, driven by hand: one round trip per call, with
+    /// `acks` acknowledgements spread over it, each sample `rtt` plus `jitter(i)`.
+    struct Drive {
+        c: Rate,
+        now: Instant,
+    }
+
+    impl Drive {
+        fn new(rate_bps: u64) -> Drive {
+            let now = Instant::now();
+            let cfg = RateConfig::new(rate_bps, BASE);
+            let mut c = cfg.controller(now, 1200);
+            c.sent();
+            Drive { c, now }
+        }
+
+        /// One round trip of acknowledgements with RTT `rtt`; every `lose_every`-th packet
+        /// is lost instead (0: none).
+        fn round(&mut self, rtt: Duration, lose_every: u32) {
+            let n = 50u32;
+            let step = rtt / n;
+            for i in 0..n {
+                self.now += step;
+                let sent = self.now - rtt;
+                if lose_every != 0 && i % lose_every == lose_every - 1 {
+                    self.c.congestion(self.now, sent, false, 1200);
+                } else {
+                    self.c.ack(self.now, sent, rtt);
+                }
+            }
+        }
+
+        fn window(&self) -> u64 {
+            self.c.window()
+        }
+    }
+
+    fn cap(rate_bps: u64, base: Duration) -> u64 {
+        (u128::from(rate_bps) * (base + allowance(base)).as_nanos() / 8_000_000_000) as u64
+    }
+
+    #[test]
+    fn threshold_and_allowance_follow_the_base_rtt() {
+        assert_eq!(threshold(20 * MS), 25 * MS);
+        assert_eq!(threshold(BASE), 50 * MS);
+        assert_eq!(threshold(600 * MS), 150 * MS);
+        assert_eq!(allowance(20 * MS), 10 * MS);
+        assert_eq!(allowance(600 * MS), Duration::from_micros(37_500));
+        for b in [MS, 20 * MS, BASE, 600 * MS, 10_000 * MS] {
+            assert!(allowance(b) < threshold(b) / 2, "{b:?}");
+        }
+    }
+
+    #[test]
+    fn starts_at_the_full_share_of_the_configured_rtt() {
+        let d = Drive::new(RATE);
+        assert_eq!(d.window(), cap(RATE, BASE));
+        assert_eq!(d.c.share_bps(), RATE);
+    }
+
+    #[test]
+    fn random_loss_at_min_rtt_keeps_the_window() {
+        let mut d = Drive::new(RATE);
+        let full = d.window();
+        // 3 % loss: one packet in 33 of every round, for 100 round trips.
+        for _ in 0..100 {
+            d.round(BASE, 33);
+            assert_eq!(d.window(), full);
+        }
+        assert_eq!(d.c.decreases(), 0);
+    }
+
+    #[test]
+    fn queueing_delay_halves_then_recovers_when_it_drains() {
+        let mut d = Drive::new(RATE);
+        let full = d.window();
+        d.round(BASE, 0);
+        // 60 ms of queue > threshold (50 ms): one halving per round trip, not per ACK.
+        d.round(BASE + 60 * MS, 0);
+        assert_eq!(d.c.decreases(), 1);
+        assert!((d.window() as f64 - full as f64 * DECREASE).abs() <= 1.0);
+        // Samples of packets sent before the decrease are not judged again.
+        let w = d.window();
+        d.round(BASE + 60 * MS, 0);
+        assert!(d.window() <= w);
+        // Persisting: keeps halving, down to the floor.
+        for _ in 0..20 {
+            d.round(BASE + 60 * MS, 0);
+        }
+        assert!((d.c.gain() - MIN_GAIN).abs() < 1e-9, "{}", d.c.gain());
+        // 30 ms is within the hold band (25..=50 ms): no change.
+        let w = d.window();
+        d.round(BASE + 30 * MS, 0);
+        d.round(BASE + 30 * MS, 0);
+        assert_eq!(d.window(), w);
+        // The queue drains: the gain climbs back by 1.25 per round trip to the share.
+        let mut rounds = 0;
+        while d.window() < full {
+            d.round(BASE, 0);
+            rounds += 1;
+            assert!(rounds < 30, "recovered within 30 round trips");
+        }
+        assert_eq!(d.window(), full);
+        // 1.25^19 ≥ 64: about 19 round trips from the floor (one round per sample round).
+        assert!(rounds >= 15, "{rounds}");
+    }
+
+    #[test]
+    fn loss_with_queueing_delay_counts_once_per_round() {
+        let mut d = Drive::new(RATE);
+        let full = d.window();
+        d.round(BASE, 0);
+        // Loss while the smoothed RTT shows 80 ms of queue: congestion.
+        d.c.ack(d.now, d.now - BASE - 80 * MS, BASE + 80 * MS);
+        d.c.congestion(d.now, d.now - 10 * MS, false, 1200);
+        assert_eq!(d.c.decreases(), 1);
+        // More loss from packets sent before that decrease: same episode.
+        d.c.congestion(d.now + MS, d.now - 5 * MS, false, 1200);
+        assert_eq!(d.c.decreases(), 1);
+        assert!(d.window() < full);
+    }
+
+    #[test]
+    fn ecn_marks_are_congestion() {
+        let mut d = Drive::new(RATE);
+        d.round(BASE, 0);
+        d.c.congestion(d.now, d.now - MS, false, 0);
+        assert_eq!(d.c.decreases(), 1);
+    }
+
+    #[test]
+    fn persistent_congestion_collapses_to_two_datagrams_and_restarts() {
+        let mut d = Drive::new(RATE);
+        let full = d.window();
+        d.round(BASE, 0);
+        d.c.congestion(d.now, d.now - MS, true, 12_000);
+        assert_eq!(d.window(), 2 * 1200);
+        let mut rounds = 0;
+        while d.window() < full {
+            d.round(BASE, 0);
+            rounds += 1;
+            assert!(rounds <= 8, "doubling: 1/64 to 1 in 7 round trips");
+        }
+    }
+
+    #[test]
+    fn never_exceeds_the_rate_times_the_rtt_allowance() {
+        let mut d = Drive::new(RATE);
+        let mut n = 0;
+        // Any mix of RTTs at or above the base, with and without loss.
+        for i in 0..400u32 {
+            let rtt = BASE + MS * ((i * 37) % 90);
+            d.round(rtt, if i % 3 == 0 { 20 } else { 0 });
+            assert!(d.window() <= cap(RATE, BASE), "round {i}: {}", d.window());
+            n += 1;
+        }
+        assert_eq!(n, 400);
+        // A base RTT learnt below the configured one shrinks the window with it.
+        let mut d = Drive::new(RATE);
+        d.round(100 * MS, 0);
+        assert_eq!(d.window(), cap(RATE, 100 * MS));
+    }
+
+    #[test]
+    fn the_rate_is_shared_among_busy_connections_only() {
+        let now = Instant::now();
+        let cfg = RateConfig::new(RATE, BASE);
+        let mut a = cfg.controller(now, 1200);
+        let mut b = cfg.controller(now, 1200);
+        a.sent();
+        assert_eq!(a.share_bps(), RATE);
+        b.sent();
+        b.sent();
+        assert_eq!(a.share_bps(), RATE / 2);
+        assert_eq!(a.window(), cap(RATE / 2, BASE));
+        // b's data is all acknowledged: a gets the whole rate back.
+        b.end_acks(0);
+        assert_eq!(a.share_bps(), RATE);
+        b.sent();
+        let c = b.clone();
+        assert_eq!(
+            a.share_bps(),
+            RATE / 2,
+            "a clone is not counted until it sends"
+        );
+        drop(b);
+        drop(c);
+        assert_eq!(a.share_bps(), RATE);
+    }
+
+    #[test]
+    fn the_base_rtt_forgets_a_route_that_is_gone() {
+        let mut d = Drive::new(RATE);
+        d.round(100 * MS, 0);
+        assert_eq!(d.c.base_rtt(), 100 * MS);
+        // The route now takes 200 ms: after two buckets the old minimum is gone.
+        for _ in 0..((2 * BASE_RTT_BUCKET.as_millis() / 200) as usize + 2) {
+            d.round(BASE, 0);
+        }
+        assert_eq!(d.c.base_rtt(), BASE);
+    }
+}
