@@ -256,7 +256,10 @@ pub fn effective_mode(mode: Option<Mode>, addrs: &[SocketAddr]) -> Mode {
 }
 
 /// Congestion controls a pool connection may use.
-pub const CONGESTION_CONTROLS: &[&str] = &["bbr", "cubic", "reno"];
+pub const CONGESTION_CONTROLS: &[&str] = &["bbr", "cubic", "reno", RATE_CONGESTION];
+/// The provisioned-rate controller (`pool::rate`): QUIC connections only; a TCP connection of a
+/// pool configured with it uses [`DEFAULT_CONGESTION`].
+pub const RATE_CONGESTION: &str = "rate";
 /// Longest time any `*_ms` key may be set to: one day.
 pub const MAX_MS: u64 = 86_400_000;
 /// Smallest and largest `max_header_bytes`.
@@ -289,13 +292,20 @@ pub fn check_max_header_bytes(v: usize) -> Result<(), String> {
     check_range("max_header_bytes", v, HEADER_BYTES_RANGE)
 }
 
-/// `value` of `key` is one of [`CONGESTION_CONTROLS`].
-pub fn check_congestion(key: &str, value: &str) -> Result<(), String> {
-    if CONGESTION_CONTROLS.contains(&value) {
-        Ok(())
-    } else {
-        Err(format!("{key} {value:?} must be bbr, cubic or reno"))
+/// `value` of `key` is one of [`CONGESTION_CONTROLS`], and `rate` only with a carrier that
+/// has QUIC connections (the TCP carrier's controller is the kernel's).
+pub fn check_congestion(key: &str, value: &str, carrier: CarrierName) -> Result<(), String> {
+    if !CONGESTION_CONTROLS.contains(&value) {
+        return Err(format!("{key} {value:?} must be bbr, cubic, reno or rate"));
     }
+    if value == RATE_CONGESTION && carrier == CarrierName::Tcp {
+        let prefix = key.strip_suffix("congestion").unwrap_or_default();
+        return Err(format!(
+            "{key} \"rate\" needs {prefix}carrier = \"quic\": it is a QUIC controller (the TCP \
+             carrier uses the kernel's bbr, cubic or reno)"
+        ));
+    }
+    Ok(())
 }
 
 /// In development mode every listen address is loopback.
@@ -374,10 +384,21 @@ mod tests {
         );
         assert!(check_max_header_bytes(1023).is_err());
         assert!(check_max_header_bytes(1024 * 1024).is_ok());
-        assert!(check_congestion("congestion", "cubic").is_ok());
+        assert!(check_congestion("congestion", "cubic", CarrierName::Tcp).is_ok());
         assert_eq!(
-            check_congestion("pool.congestion", "vegas"),
-            Err("pool.congestion \"vegas\" must be bbr, cubic or reno".into())
+            check_congestion("pool.congestion", "vegas", CarrierName::Quic),
+            Err("pool.congestion \"vegas\" must be bbr, cubic, reno or rate".into())
+        );
+        assert!(check_congestion("pool.congestion", "rate", CarrierName::Quic).is_ok());
+        let e = check_congestion("pool.congestion", "rate", CarrierName::Tcp).unwrap_err();
+        assert!(
+            e.starts_with("pool.congestion \"rate\" needs pool.carrier = \"quic\""),
+            "{e}"
+        );
+        let e = check_congestion("congestion", "rate", CarrierName::Tcp).unwrap_err();
+        assert!(
+            e.starts_with("congestion \"rate\" needs carrier = \"quic\""),
+            "{e}"
         );
     }
 

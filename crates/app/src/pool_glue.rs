@@ -66,10 +66,16 @@ pub fn policy(p: PolicyName) -> mux::Policy {
     }
 }
 
-/// Socket options with the configured congestion control.
+/// Socket options with the configured congestion control; `rate` is a QUIC controller, so a
+/// TCP connection of such a pool uses the default, [`crate::config::DEFAULT_CONGESTION`].
 pub fn socket_options(congestion: &str) -> SocketOptions {
+    let cc = if congestion == crate::config::RATE_CONGESTION {
+        crate::config::DEFAULT_CONGESTION
+    } else {
+        congestion
+    };
     SocketOptions {
-        congestion: Some(congestion.to_string()),
+        congestion: Some(cc.to_string()),
         ..SocketOptions::default()
     }
 }

@@ -235,7 +235,7 @@ where
 /// The pool connections' congestion control and carrier.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CarrierFlags {
-    /// TCP congestion control of pool connections (bbr, cubic, reno).
+    /// Congestion control of pool connections (bbr, cubic, reno; rate with QUIC).
     #[arg(long)]
     pub congestion: Option<String>,
     /// Transport of the pool connections (quic needs TLS files).

@@ -105,8 +105,9 @@ pub struct PoolSection {
     /// Which pool connection each request (and tunnel upload) goes on; replies are placed
     /// by the remote's `reply_policy`.
     pub policy: PolicyName,
-    /// TCP congestion control of pool connections (`bbr`, `cubic`, `reno`); falls back to the
-    /// system default with a log line when unavailable.
+    /// Congestion control of pool connections (`bbr`, `cubic`, `reno`; `rate`, the
+    /// provisioned-rate controller, QUIC only); TCP falls back to the system default with a log
+    /// line when unavailable.
     pub congestion: String,
     /// Wait at start-up for the first pool connection before accepting clients anyway.
     pub ready_timeout_ms: u64,
@@ -289,7 +290,7 @@ impl EdgeConfig {
             self.requires_tls(),
         )?;
         check_range("pool.connections", self.pool.connections, 1..=1024)?;
-        check_congestion("pool.congestion", &self.pool.congestion)?;
+        check_congestion("pool.congestion", &self.pool.congestion, self.pool.carrier)?;
         if self.allowed_clients.is_empty() {
             return Err("allowed_clients is empty: no client could use the proxy".into());
         }
@@ -493,6 +494,31 @@ mod tests {
             ..LinkConfig::default()
         };
         assert_eq!(l.bdp_bytes(), 510_000);
+    }
+
+    #[test]
+    fn congestion_rate_is_quic_only_and_paces_at_the_link_rate() {
+        let c: EdgeConfig = toml::from_str(
+            "[pool]
+congestion = \"rate\"
+[link]
+rtt_ms = 600
+rate_mbit = 50
+",
+        )
+        .unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(
+            e.starts_with("pool.congestion \"rate\" needs pool.carrier = \"quic\""),
+            "{e}"
+        );
+        let q = c.pool.quic.options(&c.link, &c.pool.congestion);
+        assert_eq!(q.congestion, pool::quic::Congestion::Rate);
+        assert_eq!(q.link_rate_bps, 50_000_000);
+        assert_eq!(q.initial_rtt, std::time::Duration::from_millis(600));
+        // A TCP connection of such a pool asks the kernel for the default controller.
+        let s = app::pool_glue::socket_options(&c.pool.congestion);
+        assert_eq!(s.congestion.as_deref(), Some("bbr"));
     }
 
     #[test]

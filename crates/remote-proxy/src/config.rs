@@ -61,7 +61,7 @@ pub struct RemoteConfig {
     pub max_header_bytes: usize,
     /// Grace period for in-flight streams on SIGTERM, ms.
     pub drain_grace_ms: u64,
-    /// TCP congestion control of pool connections (`bbr`, `cubic`, `reno`); the replies travel
+    /// Congestion control of pool connections (`bbr`, `cubic`, `reno`; `rate` QUIC only); the replies travel
     /// this way, so this side's choice matters most.
     pub congestion: String,
     /// How each reply is placed on the edge's pool connections (`least-outstanding`, the
@@ -142,7 +142,7 @@ impl RemoteConfig {
 
     /// Checks ranges and the development-mode rule; the error names the key.
     pub fn validate(&self) -> Result<(), String> {
-        check_congestion("congestion", &self.congestion)?;
+        check_congestion("congestion", &self.congestion, self.carrier)?;
         check_development_binds(self.mode(), &[("listen", self.listen)])?;
         POOL_SIDE.check_security(
             self.carrier,
