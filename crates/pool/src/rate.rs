@@ -2,29 +2,31 @@
 //! link (`congestion = "rate"`, QUIC carrier only).
 //!
 //! What it does: presents quinn a congestion window of `share × (base RTT + allowance)`, where
-//! the share is `link.rate_mbit` divided among the connections of one pool that have data in
-//! flight ([`RateConfig`] counts them), so the pool as a whole sends at most the provisioned
-//! rate. quinn sends at most one window per round trip and paces it at 1.25 × window ÷
-//! smoothed RTT (`quinn-proto` `connection/pacing.rs`), so on an unqueued path a connection
+//! the share is `link.rate_mbit` divided among the busy connections of one pool (with at
+//! least a quarter of their window in flight; [`RateConfig`] counts them: one that is idle or
+//! only acknowledges and updates flow-control credit leaves its share to the others), so the
+//! pool as a whole sends at most the provisioned rate. quinn sends at most one window per
+//! round trip and paces it at 1.25 × window ÷ smoothed RTT (`quinn-proto` `connection/pacing.rs`), so on an unqueued path a connection
 //! carries its share plus at most the allowance's worth (allowance ÷ base RTT) more, which
 //! the bottleneck holds as a standing queue of at most the allowance. The controller starts
-//! at its full share (as satellite PEPs pace at the provisioned rate from the first packet)
-//! and then:
+//! at its full share (as satellite PEPs, e.g. RFC 3135's split-connection accelerators, pace
+//! at the provisioned rate from the first packet instead of slow-starting) and then:
 //! - **Random loss is not congestion.** A loss leaves the window alone unless the delay says
 //!   the path is queued (then it counts as a delay decrease, at most one per round trip).
 //!   ECN congestion marks do cut the window: they are explicit congestion signals.
-//! - **Queueing delay is.** Once per round trip it compares the round's *smallest* RTT sample
-//!   (so one delayed ACK or one jittered sample does not count: Copa's "standing RTT",
-//!   Arun & Balakrishnan, NSDI 2018), capped by quinn's smoothed RTT (which has the peer's
-//!   ACK delay removed), with the base RTT, the minimum over the last one to two
-//!   [`BASE_RTT_BUCKET`]s (LEDBAT's base-delay history, RFC 6817 §3.4.2, so a route change is
-//!   learnt). Queueing delay above [`threshold`] (max(25 ms, base ÷ 4)) halves the gain
-//!   (multiplicative decrease, as Vegas/LEDBAT back off on delay rather than loss), and the
-//!   acknowledgements of packets sent before the decrease are not judged again; at or below
-//!   half the threshold the gain grows by 1.25 per round (BBR's probing gain) back toward the
-//!   share; in between it holds. A link slower than configured, or one shared with other
-//!   traffic, therefore sees a queue of about the threshold at most, never the flood a fixed
-//!   pacing rate would send into it.
+//! - **Queueing delay is.** At the end of each round trip (when a packet sent after the round
+//!   began is acknowledged) it compares quinn's smoothed RTT (an average of the recent samples
+//!   with the peer's ACK delay removed, RFC 9002 §5.3, so one delayed ACK or one jittered
+//!   sample does not count) with the base RTT: the smallest sample over the last one to two
+//!   [`BASE_RTT_BUCKET`]s (LEDBAT's base-delay history, RFC 6817 §3.4.2, so that a route
+//!   change is learnt). Queueing delay above [`threshold`] (max(25 ms, base ÷ 4)) halves the
+//!   gain (multiplicative decrease on delay rather than loss, as TCP Vegas and LEDBAT back
+//!   off), and acknowledgements of packets sent before the decrease are not judged again; at
+//!   or below half the threshold the gain grows by 1.25 per round trip (BBR's probing gain)
+//!   back toward the share; in between it holds (Vegas's alpha/beta band). A link slower than
+//!   configured, or one shared with other traffic, therefore sees a queue of about the
+//!   threshold at most after start-up, not the flood a fixed pacing rate would send into it
+//!   (the first round trip goes out at the configured rate).
 //! - **Persistent congestion** (quinn's `is_persistent_congestion`: everything sent for
 //!   about three probe timeouts was lost) collapses the window to two datagrams, as NewReno
 //!   does (RFC 9002 §7.6.2); the gain then doubles per round trip without queueing delay.
@@ -55,6 +57,8 @@ pub const MIN_GAIN: f64 = 1.0 / 64.0;
 pub const DECREASE: f64 = 0.5;
 /// Gain multiplier on a round without queueing delay.
 pub const PROBE: f64 = 1.25;
+/// Fraction of its window a connection must have in flight to take part in the share.
+pub const BUSY_FRACTION: f64 = 0.25;
 
 /// Queueing delay above which a round counts as congested: max(25 ms, base ÷ 4).
 pub fn threshold(base: Duration) -> Duration {
@@ -69,7 +73,7 @@ pub fn allowance(base: Duration) -> Duration {
 }
 
 /// Factory of [`Rate`] controllers for one pool: the provisioned rate and the count of its
-/// connections with data in flight, among which the rate is shared.
+/// busy connections, among which the rate is shared.
 #[derive(Debug)]
 pub struct RateConfig {
     rate_bps: u64,
@@ -101,7 +105,6 @@ impl RateConfig {
             base: BaseRtt::default(),
             srtt: None,
             round_start: now,
-            round_min: None,
             recovery_start: None,
             decreases: 0,
         }
@@ -157,8 +160,6 @@ pub struct Rate {
     /// quinn's smoothed RTT at the last acknowledgement.
     srtt: Option<Duration>,
     round_start: Instant,
-    /// Smallest RTT sample of the round so far.
-    round_min: Option<Duration>,
     /// Packets sent before this instant are not judged (the last decrease or collapse).
     recovery_start: Option<Instant>,
     decreases: u64,
@@ -201,14 +202,9 @@ impl Rate {
         self.recovery_start.is_none_or(|r| sent >= r)
     }
 
-    /// Queueing delay now: the round's smallest sample (or the smoothed RTT), capped by the
-    /// smoothed RTT, above the base RTT.
+    /// Queueing delay now: the smoothed RTT above the base RTT.
     fn queueing(&self) -> Option<Duration> {
-        let standing = match (self.round_min, self.srtt) {
-            (Some(m), Some(s)) => m.min(s),
-            (a, b) => a.or(b)?,
-        };
-        Some(standing.saturating_sub(self.base.get()?))
+        Some(self.srtt?.saturating_sub(self.base.get()?))
     }
 
     /// An acknowledgement of a packet sent at `sent`, with quinn's smoothed RTT `srtt`.
@@ -217,9 +213,7 @@ impl Rate {
         if !self.judged(sent) {
             return;
         }
-        let sample = now.saturating_duration_since(sent);
-        self.base.update(now, sample);
-        self.round_min = Some(self.round_min.map_or(sample, |m| m.min(sample)));
+        self.base.update(now, now.saturating_duration_since(sent));
         if sent >= self.round_start {
             self.end_round(now);
         }
@@ -227,6 +221,7 @@ impl Rate {
 
     fn end_round(&mut self, now: Instant) {
         let limit = threshold(self.base_rtt());
+
         match self.queueing() {
             Some(q) if q > limit => self.decrease(now),
             Some(q) if q <= limit / 2 => {
@@ -243,7 +238,6 @@ impl Rate {
 
     fn new_round(&mut self, now: Instant) {
         self.round_start = now;
-        self.round_min = None;
     }
 
     fn decrease(&mut self, now: Instant) {
@@ -275,19 +269,17 @@ impl Rate {
         }
     }
 
-    /// Packets were sent: this connection takes part in the share.
-    pub fn sent(&mut self) {
-        if !self.counted {
+    /// An ACK batch was processed with `in_flight` bytes still unacknowledged. A connection
+    /// with at least [`BUSY_FRACTION`] of its window in flight takes part in the share; one
+    /// with less (idle, or only acknowledging and sending credit updates) leaves it to the
+    /// others. (quinn's `app_limited` flag is not used: it often stays false on a connection
+    /// that only receives.)
+    pub fn end_acks(&mut self, in_flight: u64) {
+        if (in_flight as f64) < self.window() as f64 * BUSY_FRACTION {
+            self.uncount();
+        } else if !self.counted {
             self.counted = true;
             self.active.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// An ACK batch was processed with `in_flight` bytes still unacknowledged: with none, this
-    /// connection leaves the share to the others.
-    pub fn end_acks(&mut self, in_flight: u64) {
-        if in_flight == 0 {
-            self.uncount();
         }
     }
 
@@ -306,7 +298,7 @@ impl Drop for Rate {
 }
 
 impl Clone for Rate {
-    /// The clone (quinn's new path) starts uncounted: it joins the share when it sends.
+    /// The clone (quinn's new path) starts uncounted: it joins the share when busy.
     fn clone(&self) -> Rate {
         Rate {
             active: self.active.clone(),
@@ -318,10 +310,6 @@ impl Clone for Rate {
 }
 
 impl Controller for Rate {
-    fn on_sent(&mut self, _now: Instant, _bytes: u64, _last_packet_number: u64) {
-        self.sent();
-    }
-
     fn on_ack(
         &mut self,
         now: Instant,
@@ -402,7 +390,7 @@ mod tests {
             let now = Instant::now();
             let cfg = RateConfig::new(rate_bps, BASE);
             let mut c = cfg.controller(now, 1200);
-            c.sent();
+            c.end_acks(u64::MAX);
             Drive { c, now }
         }
 
@@ -559,22 +547,22 @@ mod tests {
         let cfg = RateConfig::new(RATE, BASE);
         let mut a = cfg.controller(now, 1200);
         let mut b = cfg.controller(now, 1200);
-        a.sent();
+        let busy = cap(RATE, BASE);
+        a.end_acks(busy);
         assert_eq!(a.share_bps(), RATE);
-        b.sent();
-        b.sent();
+        b.end_acks(busy);
+        b.end_acks(busy);
         assert_eq!(a.share_bps(), RATE / 2);
         assert_eq!(a.window(), cap(RATE / 2, BASE));
         // b's data is all acknowledged: a gets the whole rate back.
         b.end_acks(0);
         assert_eq!(a.share_bps(), RATE);
-        b.sent();
+        // b only acknowledges and sends credit updates: a packet or two in flight.
+        b.end_acks(2_000);
+        assert_eq!(a.share_bps(), RATE);
+        b.end_acks(busy);
         let c = b.clone();
-        assert_eq!(
-            a.share_bps(),
-            RATE / 2,
-            "a clone is not counted until it sends"
-        );
+        assert_eq!(a.share_bps(), RATE / 2, "a clone is not counted until busy");
         drop(b);
         drop(c);
         assert_eq!(a.share_bps(), RATE);
