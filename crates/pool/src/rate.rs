@@ -35,7 +35,10 @@
 //! provisioned, dedicated capacity; on a path shared with loss-based flows it yields to them,
 //! as LEDBAT does), share a rate across pools or processes (each pool, i.e. each remote on the
 //! edge and the remote's listener, counts its own connections), pace by itself (quinn's pacer
-//! does), or apply to the TCP carrier (the kernel owns TCP's controller).
+//! does), or apply to the TCP carrier (the kernel owns TCP's controller). It judges round-trip,
+//! not one-way, delay: a queue in the reverse direction (the peer's replies behind a deep
+//! buffer) also holds this side back, so configure `rate` on both sides (LEDBAT's one-way
+//! delay would need timestamps quinn does not carry).
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU32, Ordering};
