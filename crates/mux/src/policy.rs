@@ -17,7 +17,10 @@
 //!   idle connection is therefore never ranked below its busy peers for lack of
 //!   traffic: it takes the next binding, sends, and gets a fresh sample.
 //! - [`Policy::LeastOutstanding`] (the default, seed 001's): the fewest outstanding
-//!   bytes, weighed against the congestion window when every window is known.
+//!   bytes, weighed against the congestion window when every window is known. It stays
+//!   the default: in the virtual-time model of a lossy long link (`tests/fill.rs`)
+//!   expected completion spreads the load over every connection but carries about as
+//!   much, not more, and the test bed has not measured it yet.
 //! - [`Policy::RoundRobin`] and [`Policy::FewestStreams`]: baselines.
 //!
 //! What it does NOT do: measure anything (the driver reports kernel queues, windows and
