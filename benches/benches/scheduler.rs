@@ -20,17 +20,16 @@ fn loads(n: usize) -> Vec<Load> {
             outstanding: (i * 7919 + 13) % 1_000_003,
             streams: (i % 17) as u32,
             window: (i * 104_729 + 14_480) % 2_000_003,
+            rate: (i * 15_485_863 + 125_000) % 12_500_000,
+            rtt_us: 20_000 + (i * 7_727) % 600_000,
+            rate_is_floor: i % 5 == 0,
         })
         .collect()
 }
 
 fn policy_choose(c: &mut Criterion) {
     let mut g = c.benchmark_group("policy_choose");
-    for policy in [
-        Policy::LeastOutstanding,
-        Policy::RoundRobin,
-        Policy::FewestStreams,
-    ] {
+    for policy in Policy::ALL {
         for n in SIZES {
             let l = loads(n);
             let mut cursor = 0usize;
@@ -63,6 +62,17 @@ fn session_with(n: usize, policy: Policy) -> (Session, Vec<mux::ConnId>) {
             let c = s.add_connection(t);
             s.handle_input(c, &hello, t);
             s.set_kernel_outstanding(c, (i as u64 * 7919) % 100_000);
+            s.set_path_estimate(
+                c,
+                mux::PathEstimate {
+                    delivery_rate: 1_000_000 + (i as u64 * 15_485_863) % 12_500_000,
+                    rtt: Duration::from_millis(130),
+                    unsent: 0,
+                    in_flight: (i as u64 * 7919) % 100_000,
+                    app_limited: false,
+                },
+                t,
+            );
             c
         })
         .collect();
@@ -72,7 +82,11 @@ fn session_with(n: usize, policy: Policy) -> (Session, Vec<mux::ConnId>) {
 
 fn open_bind(c: &mut Criterion) {
     let mut g = c.benchmark_group("open_and_bind");
-    for policy in [Policy::LeastOutstanding, Policy::RoundRobin] {
+    for policy in [
+        Policy::LeastOutstanding,
+        Policy::ExpectedCompletion,
+        Policy::RoundRobin,
+    ] {
         for n in SIZES {
             let (mut s, conns) = session_with(n, policy);
             let mut out = Vec::new();

@@ -128,7 +128,8 @@ struct SuiteArgs {
     /// longhaul congestion controls.
     #[arg(long, value_delimiter = ',')]
     congestion: Option<Vec<String>>,
-    /// longhaul stream placement policies.
+    /// longhaul stream placement policies (`least-outstanding`, `expected-completion`,
+    /// `round-robin`, `fewest-streams`).
     #[arg(long, value_delimiter = ',')]
     policies: Option<Vec<String>>,
     /// The edges' per-stream windows in bandwidth-delay products (`link.stream_window_bdp`):

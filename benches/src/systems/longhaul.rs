@@ -189,7 +189,12 @@ impl Drop for LonghaulRemote {
 pub const CONGESTION: [&str; 3] = ["bbr", "cubic", "reno"];
 
 /// Placement policies, as `--policy` (edge) and `--reply-policy` (remote) name them.
-pub const POLICIES: [&str; 3] = ["least-outstanding", "round-robin", "fewest-streams"];
+pub const POLICIES: [&str; 4] = [
+    "least-outstanding",
+    "round-robin",
+    "fewest-streams",
+    "expected-completion",
+];
 
 /// Carriers of the longhaul systems, as `--carrier` names them.
 pub const CARRIERS: [&str; 2] = ["tcp", "quic"];

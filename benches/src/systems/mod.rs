@@ -349,7 +349,7 @@ pub const PORTS: Ports = Ports {
     haproxy_remote: 8443,
     longhaul_edge_base: 3200,
     longhaul_remote: 4443,
-    longhaul_quic_remote: 4453,
+    longhaul_quic_remote: 4463,
 };
 
 /// Writes a hosts file for the peers' resolvers.
@@ -592,13 +592,13 @@ mod tests {
             }
         }
         let lo = "least-outstanding";
-        assert_eq!(longhaul_remote_port("quic", "bbr", lo).unwrap(), 4453);
+        assert_eq!(longhaul_remote_port("quic", "bbr", lo).unwrap(), 4463);
         assert_eq!(longhaul_remote_port("tcp", "bbr", lo).unwrap(), 4443);
         assert_eq!(
             longhaul_remote_port("tcp", "bbr", "round-robin").unwrap(),
             4446
         );
-        assert!(longhaul_remote_port("tcp", "reno", "fewest-streams").unwrap() < 4453);
+        assert!(longhaul_remote_port("tcp", "reno", "expected-completion").unwrap() < 4463);
         let n = ports.len();
         ports.sort_unstable();
         ports.dedup();
@@ -609,6 +609,7 @@ mod tests {
         for p in POLICIES {
             assert!(p.parse::<mux::Policy>().is_ok(), "{p}");
         }
+        assert_eq!(POLICIES.len(), mux::Policy::ALL.len());
         assert_eq!(
             POLICIES[0].parse::<mux::Policy>().unwrap(),
             mux::Policy::default()

@@ -50,6 +50,9 @@ pub enum PolicyName {
     RoundRobin,
     /// Fewest bound streams (baseline).
     FewestStreams,
+    /// Smallest expected completion time: backlog ÷ delivery rate + RTT, from `TCP_INFO` on
+    /// TCP and quinn's path statistics on QUIC, with idle connections' estimates kept honest.
+    ExpectedCompletion,
 }
 
 /// Transport of the pool connections.

@@ -63,6 +63,7 @@ pub fn policy(p: PolicyName) -> mux::Policy {
         PolicyName::LeastOutstanding => mux::Policy::LeastOutstanding,
         PolicyName::RoundRobin => mux::Policy::RoundRobin,
         PolicyName::FewestStreams => mux::Policy::FewestStreams,
+        PolicyName::ExpectedCompletion => mux::Policy::ExpectedCompletion,
     }
 }
 

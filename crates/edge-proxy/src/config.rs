@@ -102,8 +102,8 @@ pub struct PoolSection {
     pub remotes: Vec<String>,
     /// Number of pool connections per remote.
     pub connections: usize,
-    /// Which pool connection each request (and tunnel upload) goes on; replies are placed
-    /// by the remote's `reply_policy`.
+    /// Which pool connection each request (and tunnel upload) goes on; over TCP replies are
+    /// placed by the remote's `reply_policy`, over QUIC they ride the request's connection.
     pub policy: PolicyName,
     /// Congestion control of pool connections (`bbr`, `cubic`, `reno`; `rate`, the
     /// provisioned-rate controller, QUIC only); TCP falls back to the system default with a log

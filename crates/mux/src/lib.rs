@@ -28,5 +28,5 @@ pub mod varint;
 pub use config::Config;
 pub use error::{ConnError, ErrorCode};
 pub use frame::{Kind, Role};
-pub use policy::{Load, Policy};
+pub use policy::{Load, PathEstimate, Policy};
 pub use session::{ConnId, ConnState, Event, OpenError, Read, Session, StreamError};

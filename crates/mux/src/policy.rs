@@ -1,5 +1,37 @@
 //! Scheduling policies: which connection a stream direction is bound to
 //! (PROTOCOL.md §5.1, ARCHITECTURE.md §2).
+//!
+//! A policy sees one [`Load`] per usable connection and picks one. Four exist:
+//!
+//! - [`Policy::ExpectedCompletion`]: the connection on which a new binding's bytes are
+//!   expected to be delivered first, `rtt + (backlog + EXPECTED_BINDING_BYTES) ÷ rate`,
+//!   from each connection's path estimate (delivery rate, min RTT) and its backlog (bytes
+//!   queued in the process + kernel unsent + in flight). This is the "earliest completion
+//!   first" rule of MPTCP's ECF scheduler (Lim et al., CoNEXT 2017) and, without the
+//!   size term, of BLEST and minRTT; unlike them it places whole stream directions, not
+//!   packets. Estimates are kept honest as BBR marks its samples (Cardwell et al., "BBR",
+//!   ACM Queue 2016; draft-cheng-iccrg-delivery-rate-estimation): a rate measured while
+//!   the connection had too little to send (app-limited), a rate that has not been
+//!   refreshed for a while (stale, decided by the session) and a missing rate are lower
+//!   bounds, raised to the median rate of the connections whose samples are fresh. An
+//!   idle connection is therefore never ranked below its busy peers for lack of
+//!   traffic: it takes the next binding, sends, and gets a fresh sample.
+//! - [`Policy::LeastOutstanding`] (the default, seed 001's): the fewest outstanding
+//!   bytes, weighed against the congestion window when every window is known. It stays
+//!   the default: in the virtual-time model of a lossy long link (`tests/fill.rs`)
+//!   expected completion spreads the load over every connection but carries about as
+//!   much, not more, and the test bed has not measured it yet.
+//! - [`Policy::RoundRobin`] and [`Policy::FewestStreams`]: baselines.
+//!
+//! What it does NOT do: measure anything (the driver reports kernel queues, windows and
+//! path estimates; the session decides staleness), move a direction once bound, or know
+//! how many bytes a binding will carry (a nominal size stands in).
+
+/// Nominal size of a new binding for [`Policy::ExpectedCompletion`]: the bytes whose
+/// completion time the policy compares. A reply's size is unknown when it is placed;
+/// 64 KiB is about a web object, so a fast connection with a short queue wins over an
+/// idle slow one, as in ECF.
+pub const EXPECTED_BINDING_BYTES: u64 = 64 * 1024;
 
 /// How a direction of a stream picks its connection when its first bytes are
 /// ready to send.
@@ -22,18 +54,75 @@ pub enum Policy {
     RoundRobin,
     /// The connection with the fewest bound streams (baseline).
     FewestStreams,
+    /// The smallest expected completion time, `rtt + (outstanding +
+    /// EXPECTED_BINDING_BYTES) ÷ rate`, with app-limited, stale and missing rates
+    /// raised to the median of the fresh ones (module doc). Ties go to fewer
+    /// outstanding bytes, fewer streams, then the lower connection. Without any rate
+    /// it decides as [`Policy::LeastOutstanding`].
+    ExpectedCompletion,
+}
+
+impl Policy {
+    /// Every policy, the default first (for command lines and benchmarks).
+    pub const ALL: [Policy; 4] = [
+        Policy::LeastOutstanding,
+        Policy::ExpectedCompletion,
+        Policy::RoundRobin,
+        Policy::FewestStreams,
+    ];
+
+    /// The name configuration and command lines use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::LeastOutstanding => "least-outstanding",
+            Policy::RoundRobin => "round-robin",
+            Policy::FewestStreams => "fewest-streams",
+            Policy::ExpectedCompletion => "expected-completion",
+        }
+    }
+}
+
+/// What the driver knows about one connection's path, for [`Policy::ExpectedCompletion`]
+/// ([`Session::set_path_estimate`](crate::Session::set_path_estimate)).
+///
+/// TCP: `TCP_INFO`'s `tcpi_delivery_rate` (or the pacing rate when the kernel has no
+/// delivery sample), `tcpi_min_rtt`, `tcpi_notsent_bytes`, `SIOCOUTQ − notsent` in flight
+/// and `tcpi_delivery_rate_app_limited`. QUIC: quinn's path statistics (pool/src/quic.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PathEstimate {
+    /// Delivery rate, bytes per second; 0 if unknown.
+    pub delivery_rate: u64,
+    /// Round-trip time of the path; the minimum seen (see [`Load::rtt_us`]).
+    pub rtt: std::time::Duration,
+    /// Bytes written to the transport and not yet sent.
+    pub unsent: u64,
+    /// Bytes sent and not yet acknowledged.
+    pub in_flight: u64,
+    /// The rate sample was taken while the sender had too little to send: it is a lower
+    /// bound of what the path carries, not a measure of it.
+    pub app_limited: bool,
 }
 
 /// The load of one candidate connection, as the policies see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Load {
-    /// Bytes queued in the process for the connection plus the kernel send queue.
+    /// Bytes queued in the process for the connection plus the kernel send queue
+    /// (unsent + in flight).
     pub outstanding: u64,
     /// Streams with a direction bound to the connection.
     pub streams: u32,
     /// Congestion window in bytes as last reported by the driver (TCP: cwnd × MSS
     /// from `TCP_INFO`); 0 if unknown.
     pub window: u64,
+    /// Delivery rate estimate, bytes per second; 0 if unknown.
+    pub rate: u64,
+    /// Round-trip time of the path, microseconds; 0 if unknown. The minimum seen, not the
+    /// smoothed one: the queue this connection's own bytes form is already counted in
+    /// `outstanding ÷ rate` (in-flight bytes included), and the smoothed RTT would count it
+    /// twice.
+    pub rtt_us: u64,
+    /// `rate` is only a lower bound: measured while app-limited, or stale.
+    pub rate_is_floor: bool,
 }
 
 impl Load {
@@ -46,6 +135,44 @@ impl Load {
     fn drain(&self) -> u64 {
         (u128::from(self.outstanding) * 1024 / u128::from(self.window.max(1))) as u64
     }
+
+    /// The rate the expected-completion policy assumes: the own estimate when it is a
+    /// fresh measurement, otherwise at least `reference` (the median fresh rate).
+    pub fn effective_rate(&self, reference: u64) -> u64 {
+        if self.rate == 0 || self.rate_is_floor {
+            self.rate.max(reference)
+        } else {
+            self.rate
+        }
+    }
+
+    /// Expected completion time of [`EXPECTED_BINDING_BYTES`] more bytes here, in
+    /// microseconds: `rtt + (outstanding + EXPECTED_BINDING_BYTES) ÷ rate`.
+    pub fn expected_completion_us(&self, reference: u64) -> u64 {
+        let rate = u128::from(self.effective_rate(reference).max(1));
+        let bytes = u128::from(self.outstanding) + u128::from(EXPECTED_BINDING_BYTES);
+        let drain = (bytes * 1_000_000 / rate).min(u128::from(u64::MAX)) as u64;
+        self.rtt_us.saturating_add(drain)
+    }
+}
+
+/// The rate that stands in for app-limited, stale and missing estimates: the median of
+/// the fresh rates (the upper median of an even count), or of all known rates when none is
+/// fresh; `None` when no candidate has a rate.
+pub fn reference_rate(loads: &[Load]) -> Option<u64> {
+    let mut fresh: Vec<u64> = loads
+        .iter()
+        .filter(|l| l.rate > 0 && !l.rate_is_floor)
+        .map(|l| l.rate)
+        .collect();
+    if fresh.is_empty() {
+        fresh.extend(loads.iter().filter(|l| l.rate > 0).map(|l| l.rate));
+    }
+    if fresh.is_empty() {
+        return None;
+    }
+    let mid = fresh.len() / 2;
+    Some(*fresh.select_nth_unstable(mid).1)
 }
 
 impl Policy {
@@ -62,6 +189,21 @@ impl Policy {
                 *cursor = cursor.wrapping_add(1);
                 Some(i)
             }
+            Policy::ExpectedCompletion => match reference_rate(loads) {
+                Some(reference) => loads
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(i, l)| {
+                        (
+                            l.expected_completion_us(reference),
+                            l.outstanding,
+                            l.streams,
+                            *i,
+                        )
+                    })
+                    .map(|(i, _)| i),
+                None => Policy::LeastOutstanding.choose(loads, cursor),
+            },
             Policy::LeastOutstanding if loads.iter().all(|l| l.window > 0) => loads
                 .iter()
                 .enumerate()
@@ -89,6 +231,12 @@ impl Policy {
     }
 }
 
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::str::FromStr for Policy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -96,8 +244,10 @@ impl std::str::FromStr for Policy {
             "least-outstanding" | "least_outstanding" => Ok(Policy::LeastOutstanding),
             "round-robin" | "round_robin" => Ok(Policy::RoundRobin),
             "fewest-streams" | "fewest_streams" => Ok(Policy::FewestStreams),
+            "expected-completion" | "expected_completion" => Ok(Policy::ExpectedCompletion),
             _ => Err(format!(
-                "unknown policy {s:?} (expected least-outstanding, round-robin or fewest-streams)"
+                "unknown policy {s:?} (expected least-outstanding, expected-completion, \
+                 round-robin or fewest-streams)"
             )),
         }
     }
@@ -111,7 +261,7 @@ mod tests {
         Load {
             outstanding,
             streams,
-            window: 0,
+            ..Load::default()
         }
     }
 
@@ -120,6 +270,124 @@ mod tests {
             outstanding,
             streams,
             window,
+            ..Load::default()
+        }
+    }
+
+    /// A connection with a path estimate: `mbit` Mbit/s, `rtt_ms`, `floor`: app-limited or stale.
+    fn p(outstanding: u64, mbit: u64, rtt_ms: u64, floor: bool) -> Load {
+        Load {
+            outstanding,
+            rate: mbit * 125_000,
+            rtt_us: rtt_ms * 1000,
+            rate_is_floor: floor,
+            ..Load::default()
+        }
+    }
+
+    const EC: Policy = Policy::ExpectedCompletion;
+
+    #[test]
+    fn expected_completion_weighs_backlog_against_rate_and_rtt() {
+        let mut c = 0;
+        // Both idle: the faster one (the 64 KiB nominal binding drains sooner).
+        assert_eq!(
+            EC.choose(&[p(0, 5, 600, false), p(0, 50, 600, false)], &mut c),
+            Some(1)
+        );
+        // The fast one queues 2 MB (0.32 s at 50 Mbit/s); the slow one has 100 kB
+        // (0.17 s at 5 Mbit/s): the slow one completes first.
+        assert_eq!(
+            EC.choose(
+                &[p(100_000, 5, 600, false), p(2_000_000, 50, 600, false)],
+                &mut c
+            ),
+            Some(0)
+        );
+        // Same backlog, same rate: the shorter round trip.
+        assert_eq!(
+            EC.choose(&[p(0, 20, 700, false), p(0, 20, 600, false)], &mut c),
+            Some(1)
+        );
+        // Least outstanding would take the emptier slow connection; expected completion
+        // takes the fast one whose queue drains sooner.
+        let loads = [p(50_000, 1, 600, false), p(400_000, 50, 600, false)];
+        assert_eq!(Policy::LeastOutstanding.choose(&loads, &mut c), Some(0));
+        assert_eq!(EC.choose(&loads, &mut c), Some(1));
+    }
+
+    #[test]
+    fn app_limited_and_stale_rates_are_raised_to_the_median_of_fresh_ones() {
+        // Fresh 40, 50, 60 Mbit/s: the reference is 50.
+        let fresh = [
+            p(0, 40, 600, false),
+            p(0, 60, 600, false),
+            p(0, 50, 600, false),
+        ];
+        assert_eq!(reference_rate(&fresh), Some(50 * 125_000));
+        // An app-limited sample of 1 Mbit/s is a lower bound: it counts as 50, and
+        // with the shortest queue it takes the binding.
+        let mut loads = vec![
+            p(300_000, 40, 600, false),
+            p(300_000, 60, 600, false),
+            p(300_000, 50, 600, false),
+            p(10_000, 1, 600, true),
+        ];
+        let mut c = 0;
+        assert_eq!(EC.choose(&loads, &mut c), Some(3));
+        assert_eq!(loads[3].effective_rate(50 * 125_000), 50 * 125_000);
+        // The same 1 Mbit/s as a fresh measurement keeps it away.
+        loads[3].rate_is_floor = false;
+        assert_eq!(EC.choose(&loads, &mut c), Some(1));
+        // A floor above the reference stays as reported.
+        assert_eq!(
+            p(0, 90, 600, true).effective_rate(50 * 125_000),
+            90 * 125_000
+        );
+        // A connection with no rate yet counts as the reference.
+        let loads = [p(300_000, 50, 600, false), Load::default()];
+        assert_eq!(EC.choose(&loads, &mut c), Some(1));
+        // Only floors: their median is the reference.
+        assert_eq!(
+            reference_rate(&[p(0, 10, 1, true), p(0, 30, 1, true), Load::default()]),
+            Some(30 * 125_000)
+        );
+        assert_eq!(reference_rate(&[Load::default()]), None);
+    }
+
+    #[test]
+    fn expected_completion_without_estimates_is_least_outstanding() {
+        let mut c = 0;
+        let loads = [w(0, 0, 14_480), w(200_000, 3, 1_000_000)];
+        assert_eq!(EC.choose(&loads, &mut c), Some(1));
+        let loads = [l(500, 1), l(100, 9), l(100, 2)];
+        assert_eq!(EC.choose(&loads, &mut c), Some(2));
+        assert_eq!(EC.choose(&[], &mut c), None);
+    }
+
+    proptest::proptest! {
+        /// Equal connections (same rate, RTT and window): the same pick as
+        /// least-outstanding, whatever the backlogs and stream counts.
+        #[test]
+        fn equal_connections_pick_as_least_outstanding(
+            backlog in proptest::collection::vec((0u64..3_000_000, 0u32..4), 1..12),
+            mbit in 1u64..1000,
+            rtt_ms in 1u64..800,
+            window in proptest::option::of(1u64..4_000_000),
+        ) {
+            let loads: Vec<Load> = backlog
+                .iter()
+                .map(|&(o, s)| Load {
+                    streams: s,
+                    window: window.unwrap_or(0),
+                    ..p(o, mbit, rtt_ms, false)
+                })
+                .collect();
+            let (mut a, mut b) = (0, 0);
+            proptest::prop_assert_eq!(
+                EC.choose(&loads, &mut a),
+                Policy::LeastOutstanding.choose(&loads, &mut b)
+            );
         }
     }
 
@@ -169,6 +437,11 @@ mod tests {
     #[test]
     fn parses_names() {
         assert_eq!("round-robin".parse(), Ok(Policy::RoundRobin));
+        for p in Policy::ALL {
+            assert_eq!(p.name().parse(), Ok(p));
+            assert_eq!(p.to_string(), p.name());
+        }
+        assert_eq!(Policy::ALL[0], Policy::default());
         assert!("fastest".parse::<Policy>().is_err());
     }
 }

@@ -122,13 +122,15 @@ pub fn set_notsent_lowat(fd: impl AsFd, bytes: u32) -> io::Result<()> {
 }
 
 /// A snapshot of the kernel's view of one TCP connection (a subset of `struct tcp_info`).
+///
+/// Fields a kernel does not report (its `tcp_info` is shorter) are 0 / `false`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TcpInfo {
     /// Smoothed round-trip time, microseconds.
     pub rtt_us: u32,
     /// Round-trip time variance, microseconds.
     pub rttvar_us: u32,
-    /// Minimum round-trip time seen, microseconds (0 if the kernel does not report it).
+    /// Minimum round-trip time seen, microseconds (`tcpi_min_rtt`, Linux 4.6+).
     pub min_rtt_us: u32,
     /// Congestion window, segments.
     pub snd_cwnd: u32,
@@ -144,15 +146,27 @@ pub struct TcpInfo {
     pub unacked: u32,
     /// Segments believed lost.
     pub lost: u32,
-    /// Bytes acknowledged by the peer (0 on kernels that do not report it).
+    /// Bytes acknowledged by the peer (`tcpi_bytes_acked`, Linux 4.1+).
     pub bytes_acked: u64,
-    /// Delivery rate estimate, bytes per second (0 on kernels that do not report it).
+    /// Delivery rate of the latest sample, bytes per second (`tcpi_delivery_rate`, Linux 4.9+).
     pub delivery_rate: u64,
-    /// Pacing rate, bytes per second.
+    /// The latest delivery-rate sample was taken while the sender was application-limited
+    /// (it had too little to send), so it underestimates the path
+    /// (`tcpi_delivery_rate_app_limited`, Linux 4.9+).
+    pub delivery_rate_app_limited: bool,
+    /// Pacing rate, bytes per second (`tcpi_pacing_rate`, Linux 3.15+); `u64::MAX` when
+    /// the socket is not paced.
     pub pacing_rate: u64,
-    /// The peer's advertised receive window, bytes (0 on kernels that do not report it).
+    /// Bytes written and not yet sent (`tcpi_notsent_bytes`, Linux 4.6+).
+    pub notsent_bytes: u32,
+    /// The peer's advertised receive window, bytes (`tcpi_snd_wnd`, Linux 5.4+).
     pub snd_wnd: u32,
 }
+
+/// Byte offset of `tcpi_delivery_rate_app_limited` in the kernel's `struct tcp_info`: the
+/// bit field byte right after `tcpi_snd_wscale : 4, tcpi_rcv_wscale : 4`, which the `libc`
+/// crate's `tcp_info` leaves as padding before `tcpi_rto`. Bit 0 of that byte.
+const APP_LIMITED_OFFSET: usize = std::mem::offset_of!(libc::tcp_info, tcpi_snd_rcv_wscale) + 1;
 
 /// Reads `TCP_INFO` for a TCP socket.
 pub fn tcp_info(fd: impl AsFd) -> io::Result<TcpInfo> {
@@ -169,13 +183,30 @@ pub fn tcp_info(fd: impl AsFd) -> io::Result<TcpInfo> {
             &mut len,
         )
     })?;
+    // SAFETY: every byte of the buffer is initialized (zeroed, then partly overwritten by
+    // the kernel), padding included, and `APP_LIMITED_OFFSET` is inside `tcp_info` (it
+    // precedes `tcpi_rto`), so reading one byte there is in bounds.
+    let flags = unsafe { raw.as_ptr().cast::<u8>().add(APP_LIMITED_OFFSET).read() };
     // SAFETY: zero is a valid bit pattern for every field of `tcp_info`, and the
     // kernel overwrote the prefix it knows.
     let t = unsafe { raw.assume_init() };
+    // An older kernel fills a shorter prefix; later fields stay zero, and only fields it
+    // wrote are taken.
+    let filled = len as usize;
+    let has = |end: usize| filled >= end;
+    macro_rules! end_of {
+        ($f:ident) => {
+            std::mem::offset_of!(libc::tcp_info, $f) + std::mem::size_of_val(&t.$f)
+        };
+    }
     Ok(TcpInfo {
         rtt_us: t.tcpi_rtt,
         rttvar_us: t.tcpi_rttvar,
-        min_rtt_us: 0,
+        min_rtt_us: if has(end_of!(tcpi_min_rtt)) {
+            t.tcpi_min_rtt
+        } else {
+            0
+        },
         snd_cwnd: t.tcpi_snd_cwnd,
         snd_ssthresh: t.tcpi_snd_ssthresh,
         snd_mss: t.tcpi_snd_mss,
@@ -183,10 +214,32 @@ pub fn tcp_info(fd: impl AsFd) -> io::Result<TcpInfo> {
         total_retrans: t.tcpi_total_retrans,
         unacked: t.tcpi_unacked,
         lost: t.tcpi_lost,
-        bytes_acked: 0,
-        delivery_rate: 0,
-        pacing_rate: 0,
-        snd_wnd: 0,
+        bytes_acked: if has(end_of!(tcpi_bytes_acked)) {
+            t.tcpi_bytes_acked
+        } else {
+            0
+        },
+        delivery_rate: if has(end_of!(tcpi_delivery_rate)) {
+            t.tcpi_delivery_rate
+        } else {
+            0
+        },
+        delivery_rate_app_limited: has(end_of!(tcpi_delivery_rate)) && flags & 1 != 0,
+        pacing_rate: if has(end_of!(tcpi_pacing_rate)) {
+            t.tcpi_pacing_rate
+        } else {
+            0
+        },
+        notsent_bytes: if has(end_of!(tcpi_notsent_bytes)) {
+            t.tcpi_notsent_bytes
+        } else {
+            0
+        },
+        snd_wnd: if has(end_of!(tcpi_snd_wnd)) {
+            t.tcpi_snd_wnd
+        } else {
+            0
+        },
     })
 }
 
@@ -453,6 +506,15 @@ mod tests {
         let info = tcp_info(&c).unwrap();
         assert!(info.snd_cwnd >= 1, "cwnd {}", info.snd_cwnd);
         assert!(info.snd_mss > 0);
+        // The fields the scheduler reads (every kernel this runs on has them, 4.9+): the
+        // 1000 bytes acknowledged (Linux counts the SYN too), nothing unsent, a round trip and a delivery-rate sample
+        // measured; the sender had nothing more to send, so the sample is app-limited.
+        assert!((1000..=1001).contains(&info.bytes_acked), "{info:?}");
+        assert_eq!(info.notsent_bytes, 0);
+        assert!(info.min_rtt_us > 0, "{info:?}");
+        assert!(info.delivery_rate > 0, "{info:?}");
+        assert!(info.pacing_rate > 0, "{info:?}");
+        assert!(info.delivery_rate_app_limited, "{info:?}");
     }
 
     #[test]

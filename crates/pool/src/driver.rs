@@ -1,7 +1,10 @@
 //! One task per pool connection: feeds received bytes into the session and
 //! writes what the session has for this lane, keeping the kernel's unsent
-//! queue small (`TCP_NOTSENT_LOWAT`) and reporting its send queue (`SIOCOUTQ`)
-//! for the least-outstanding policy.
+//! queue small (`TCP_NOTSENT_LOWAT`) and reporting its send queue (`SIOCOUTQ`),
+//! congestion window and path estimate (`TCP_INFO`: delivery rate, min RTT,
+//! not-sent bytes, app-limited) to the session's scheduling policy.
+//!
+//! What it does NOT do: decide placement (the session's policy does) or pace.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -129,11 +132,7 @@ async fn writer(
             // was full; nothing else would push them out.
             wr.flush().await?;
             kernel = probe.kernel_outstanding();
-            let window = congestion_window(probe);
-            shared.op(|i| {
-                i.session.set_kernel_outstanding(conn, kernel);
-                i.session.set_congestion_window(conn, window);
-            });
+            report(shared, conn, probe, kernel);
             if !close {
                 continue;
             }
@@ -160,18 +159,91 @@ async fn writer(
         let k = probe.kernel_outstanding();
         if k != kernel {
             kernel = k;
-            let window = congestion_window(probe);
-            shared.op(|i| {
-                i.session.set_kernel_outstanding(conn, k);
-                i.session.set_congestion_window(conn, window);
-            });
+            report(shared, conn, probe, k);
         }
     }
 }
 
-/// The carrier's congestion window in bytes (`TCP_INFO` cwnd × MSS); 0 if unknown.
-fn congestion_window(probe: &dyn Probe) -> u64 {
-    probe
-        .tcp_info()
-        .map_or(0, |t| u64::from(t.snd_cwnd) * u64::from(t.snd_mss))
+/// Reports the lane's kernel send queue (`kernel`, `SIOCOUTQ`), congestion window and, on
+/// TCP, its path estimate to the session.
+fn report(shared: &Arc<Shared>, conn: ConnId, probe: &dyn Probe, kernel: u64) {
+    let info = probe.tcp_info();
+    let window = info.map_or(0, |t| u64::from(t.snd_cwnd) * u64::from(t.snd_mss));
+    let estimate = info.map(|t| path_estimate(&t, kernel));
+    shared.op(|i| {
+        i.session.set_kernel_outstanding(conn, kernel);
+        i.session.set_congestion_window(conn, window);
+        if let Some(e) = estimate {
+            i.session.set_path_estimate(conn, e, now());
+        }
+    });
+}
+
+/// The expected-completion policy's view of a TCP connection from `TCP_INFO` and its send
+/// queue `kernel` (`SIOCOUTQ`: unsent + in flight).
+///
+/// The rate is the kernel's latest delivery-rate sample, flagged app-limited as the kernel
+/// flags it (the policy then takes it as a lower bound); a kernel without delivery-rate
+/// samples (before 4.9) gets the window's rate, cwnd × MSS ÷ smoothed RTT. The RTT is the
+/// minimum (the smoothed one when the kernel has no minimum).
+pub(crate) fn path_estimate(t: &netsys::TcpInfo, kernel: u64) -> mux::PathEstimate {
+    let srtt_us = u64::from(t.rtt_us);
+    let rtt_us = if t.min_rtt_us > 0 {
+        u64::from(t.min_rtt_us)
+    } else {
+        srtt_us
+    };
+    let delivery_rate = if t.delivery_rate > 0 {
+        t.delivery_rate
+    } else {
+        (u64::from(t.snd_cwnd) * u64::from(t.snd_mss) * 1_000_000)
+            .checked_div(srtt_us)
+            .unwrap_or(0)
+    };
+    let unsent = u64::from(t.notsent_bytes).min(kernel);
+    mux::PathEstimate {
+        delivery_rate,
+        rtt: Duration::from_micros(rtt_us),
+        unsent,
+        in_flight: kernel - unsent,
+        app_limited: t.delivery_rate > 0 && t.delivery_rate_app_limited,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_estimate_from_tcp_info() {
+        let t = netsys::TcpInfo {
+            rtt_us: 650_000,
+            min_rtt_us: 600_000,
+            snd_cwnd: 100,
+            snd_mss: 1448,
+            delivery_rate: 2_000_000,
+            delivery_rate_app_limited: true,
+            notsent_bytes: 30_000,
+            ..netsys::TcpInfo::default()
+        };
+        let e = path_estimate(&t, 100_000);
+        assert_eq!(e.delivery_rate, 2_000_000);
+        assert!(e.app_limited);
+        assert_eq!(e.rtt, Duration::from_millis(600));
+        assert_eq!((e.unsent, e.in_flight), (30_000, 70_000));
+        // An old kernel: no delivery rate, no minimum RTT, no not-sent count.
+        let old = netsys::TcpInfo {
+            delivery_rate: 0,
+            min_rtt_us: 0,
+            notsent_bytes: 0,
+            ..t
+        };
+        let e = path_estimate(&old, 100_000);
+        assert_eq!(e.delivery_rate, 144_800 * 1_000_000 / 650_000);
+        assert!(!e.app_limited);
+        assert_eq!(e.rtt, Duration::from_millis(650));
+        assert_eq!((e.unsent, e.in_flight), (0, 100_000));
+        // The not-sent count never exceeds the send queue (two reads, not one snapshot).
+        assert_eq!(path_estimate(&t, 10_000).in_flight, 0);
+    }
 }

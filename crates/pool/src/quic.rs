@@ -61,7 +61,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -335,6 +335,9 @@ pub(crate) struct QConn {
     overhead: AtomicU64,
     /// Open streams on this connection, plus (edge side) slots reserved by opens under way.
     streams: AtomicU32,
+    /// Smallest smoothed RTT quinn reported when the pool looked, microseconds (`u64::MAX`
+    /// before the first look): quinn 0.11's path statistics have no minimum RTT.
+    min_rtt_us: AtomicU64,
     /// Edge side: the pool's queue of opens waiting for a stream slot, woken when a stream
     /// of this connection ends.
     queue: Option<Arc<OpenQueue>>,
@@ -347,6 +350,7 @@ impl QConn {
             written: AtomicU64::new(0),
             overhead: AtomicU64::new(0),
             streams: AtomicU32::new(0),
+            min_rtt_us: AtomicU64::new(u64::MAX),
             queue,
         })
     }
@@ -370,6 +374,36 @@ impl QConn {
         let over = sent.saturating_sub(w);
         let o = self.overhead.fetch_max(over, Ordering::Relaxed).max(over);
         (w + o).saturating_sub(sent)
+    }
+
+    /// The scheduling policy's view of this connection (PROTOCOL.md §8.4). quinn 0.11 has
+    /// no delivery-rate sample and no bytes in flight: the rate is the congestion window
+    /// per smoothed round trip (what the controller lets the connection send), the RTT the
+    /// smallest smoothed RTT seen, the backlog the unsent estimate. The window only grows
+    /// while the connection has data to send, so for an idle connection (nothing unsent,
+    /// no stream) that rate is only a lower bound.
+    fn load(&self) -> mux::Load {
+        let s = self.conn.stats();
+        let rtt_us = u64::try_from(s.path.rtt.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let min = self
+            .min_rtt_us
+            .fetch_min(rtt_us, Ordering::Relaxed)
+            .min(rtt_us);
+        let unsent = self.unsent(&s);
+        let streams = self.streams.load(Ordering::Relaxed);
+        mux::Load {
+            outstanding: unsent,
+            streams,
+            // Unset: least-outstanding compares unsent bytes, then streams, over QUIC as it
+            // always did (the window weighing was measured on TCP only).
+            window: 0,
+            rate: u64::try_from(u128::from(s.path.cwnd) * 1_000_000 / u128::from(rtt_us))
+                .unwrap_or(u64::MAX),
+            rtt_us: min,
+            rate_is_floor: unsent == 0 && streams == 0,
+        }
     }
 
     fn quic_stats(&self) -> QuicConnStats {
@@ -725,6 +759,10 @@ struct PoolInner {
     queue: Arc<OpenQueue>,
     /// Longest wait of one open (`PoolConfig::open_wait`).
     open_wait: Duration,
+    /// How a new stream picks its connection (`PoolConfig::policy`).
+    policy: mux::Policy,
+    /// Round-robin position of [`mux::Policy::RoundRobin`].
+    cursor: AtomicUsize,
 }
 
 impl PoolInner {
@@ -788,6 +826,8 @@ impl QuicPool {
             stream_limit: opts.max_streams,
             queue: Arc::new(OpenQueue::new(cfg.open_queue, cfg.open_wait)),
             open_wait: cfg.open_wait,
+            policy: cfg.policy,
+            cursor: AtomicUsize::new(0),
         });
         let mut tasks = Vec::new();
         for slot in 0..cfg.connections {
@@ -821,25 +861,28 @@ impl QuicPool {
         tokio::time::timeout(timeout, wait).await.is_ok()
     }
 
-    /// Reserves a stream slot on the up connection with the fewest outstanding bytes, then the
-    /// fewest streams, among those below the stream limit.
+    /// Reserves a stream slot on the up connection the pool's policy picks among those below
+    /// the stream limit (least-outstanding: the fewest unsent bytes, then the fewest streams;
+    /// expected-completion: see [`QConn::load`]). The reply travels on the request's QUIC
+    /// stream, so this one choice places both directions.
     fn reserve(&self) -> Attempt<Reserved> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Attempt::Done(Err(PoolError::Draining));
         }
         let slots = self.inner.slots();
         let mut any_up = false;
-        let best = slots
+        let candidates: Vec<&Arc<QConn>> = slots
             .iter()
             .filter_map(|s| s.conn.as_ref())
             .filter(|c| c.conn.close_reason().is_none())
             .inspect(|_| any_up = true)
             .filter(|c| c.streams.load(Ordering::Relaxed) < self.inner.stream_limit)
-            .min_by_key(|c| {
-                let s = c.conn.stats();
-                (c.unsent(&s), c.streams.load(Ordering::Relaxed))
-            });
-        match best {
+            .collect();
+        let loads: Vec<mux::Load> = candidates.iter().map(|c| c.load()).collect();
+        let mut cursor = self.inner.cursor.load(Ordering::Relaxed);
+        let best = self.inner.policy.choose(&loads, &mut cursor);
+        self.inner.cursor.store(cursor, Ordering::Relaxed);
+        match best.map(|i| candidates[i]) {
             Some(c) => {
                 // Under the slots lock: two opens cannot both take a connection's last slot.
                 c.streams.fetch_add(1, Ordering::Relaxed);

@@ -377,3 +377,30 @@ async fn reset_watch_reports_a_reset_after_the_fin() {
         .expect("the reset reached the watch");
     assert_eq!(code, ErrorCode::CANCEL);
 }
+
+/// Both sides place by expected completion (path estimates from `TCP_INFO`): every stream
+/// arrives byte-exact, as with the default policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expected_completion_places_streams_byte_exact() {
+    let server = serving_echo(ServerConfig {
+        policy: pool::Policy::ExpectedCompletion,
+        ..ServerConfig::default()
+    })
+    .await;
+    let pool = Pool::start(PoolConfig {
+        policy: pool::Policy::ExpectedCompletion,
+        ..pool_cfg(server.local_addr(), 3)
+    });
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    let mut tasks = Vec::new();
+    for i in 0..30u64 {
+        let pool = pool.clone();
+        let len = [1usize, 1000, 70_000, 300_000, 1_000_000][i as usize % 5];
+        tasks.push(tokio::spawn(async move { echo_once(&pool, i, len).await }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    pool.close(Duration::from_secs(2)).await;
+    server.shutdown(Duration::from_secs(1)).await;
+}

@@ -70,9 +70,14 @@ async fn server(dir: &Path) -> Arc<Server> {
 }
 
 fn pool(remote: SocketAddr, n: usize, dir: &Path, ca: &Path) -> Pool {
+    pool_with(remote, n, dir, ca, pool::Policy::default())
+}
+
+fn pool_with(remote: SocketAddr, n: usize, dir: &Path, ca: &Path, policy: pool::Policy) -> Pool {
     let cfg = PoolConfig {
         remote: remote.to_string(),
         connections: n,
+        policy,
         backoff_min: Duration::from_millis(20),
         backoff_max: Duration::from_millis(200),
         ..PoolConfig::default()
@@ -149,6 +154,47 @@ async fn many_concurrent_streams_echo_byte_exact_over_quic() {
     let sstats = server.stats();
     assert_eq!(sstats.len(), 3);
     assert!(sstats.iter().all(|s| s.session == pool.session_id()));
+    assert!(
+        sstats.iter().all(|s| s.quic.unwrap().sent_packets > 20),
+        "{sstats:?}"
+    );
+    pool.close(Duration::from_secs(2)).await;
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Expected completion over QUIC (cwnd ÷ RTT from quinn's path statistics): every stream
+/// arrives byte-exact and every connection carries some (an idle one's rate is a lower bound,
+/// raised to its peers').
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expected_completion_spreads_streams_over_quic() {
+    let d = keys();
+    let server = server(d.path()).await;
+    let pool = pool_with(
+        server.local_addr(),
+        3,
+        d.path(),
+        d.path(),
+        pool::Policy::ExpectedCompletion,
+    );
+    assert!(pool.ready(Duration::from_secs(5)).await);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while pool.stats().iter().any(|s| s.state != LaneState::Up) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..40u64 {
+        let p = pool.clone();
+        let len = [0usize, 1, 999, 70_000, 1_500_000][i as usize % 5];
+        tasks.push(tokio::spawn(async move { echo(&p, i, len).await }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    let sstats = server.stats();
+    assert_eq!(sstats.len(), 3);
     assert!(
         sstats.iter().all(|s| s.quic.unwrap().sent_packets > 20),
         "{sstats:?}"

@@ -65,8 +65,9 @@ pub struct RemoteConfig {
     /// this way, so this side's choice matters most.
     pub congestion: String,
     /// How each reply is placed on the edge's pool connections (`least-outstanding`, the
-    /// default; `round-robin` and `fewest-streams` are baselines for comparison). The edge's
-    /// own `pool.policy` places requests only.
+    /// default; `expected-completion` by delivery rate and RTT; `round-robin` and
+    /// `fewest-streams` are baselines for comparison). The edge's own `pool.policy` places
+    /// requests only (over QUIC a reply rides its request's stream, placed by the edge).
     pub reply_policy: PolicyName,
     /// Log format.
     pub log_format: LogFormat,

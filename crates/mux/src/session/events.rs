@@ -133,6 +133,8 @@ pub struct ConnSnapshot {
     pub streams: u32,
     /// Last PING round-trip time.
     pub rtt: Option<Duration>,
+    /// Latest path estimate the driver reported ([`Session::set_path_estimate`]).
+    pub path: Option<crate::PathEstimate>,
     /// Connection credit (PROTOCOL.md §4.1) the peer has used here and we have not returned:
     /// bytes received and not yet read, plus read ones whose WINDOW is not yet due. At our
     /// `conn_window` the peer sends nothing more on this connection. `None` without

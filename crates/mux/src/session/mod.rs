@@ -3,6 +3,7 @@
 //!
 //! Inputs: [`Session::add_connection`], [`Session::handle_input`],
 //! [`Session::connection_lost`], [`Session::set_kernel_outstanding`],
+//! [`Session::set_congestion_window`], [`Session::set_path_estimate`],
 //! [`Session::handle_timeout`] and the stream operations. Outputs:
 //! [`Session::poll_transmit`], [`Session::poll_event`],
 //! [`Session::poll_ready_conn`] and [`Session::poll_timeout`]. No I/O, no clock:
@@ -35,7 +36,7 @@ use bytes::{Bytes, BytesMut};
 use crate::config::Config;
 use crate::error::{ConnError, ErrorCode};
 use crate::frame::{header_len, Frame, GoAway, Hello, Kind, Role, VERSION};
-use crate::policy::{Load, Policy};
+use crate::policy::{Load, PathEstimate, Policy};
 use crate::stream::Stream;
 use credit::Credit;
 
@@ -87,6 +88,12 @@ struct Conn {
     kernel: u64,
     /// Congestion window in bytes reported by the driver; 0 if unknown.
     window: u64,
+    /// Latest path estimate reported by the driver.
+    path: Option<PathEstimate>,
+    /// When the driver last reported a rate measured with bytes in flight and not
+    /// app-limited (a fresh sample); the expected-completion policy treats older rates
+    /// as lower bounds (`schedule::stale_after`).
+    sampled_at: Option<Instant>,
     /// Streams with at least one direction bound here.
     streams: u32,
     /// Largest frame payload the peer accepts (from its HELLO).
@@ -146,6 +153,9 @@ pub struct Session {
     /// Scratch space for scheduling decisions.
     scratch: Vec<(ConnId, Load)>,
     scratch_loads: Vec<Load>,
+    /// The latest `now` any input carried: the session's notion of the present for
+    /// decisions taken in calls without a `now` (binding a direction).
+    clock: Option<Instant>,
 }
 
 impl Session {
@@ -171,6 +181,7 @@ impl Session {
             ping_seq: 0,
             scratch: Vec::new(),
             scratch_loads: Vec::new(),
+            clock: None,
         }
     }
 
@@ -217,6 +228,8 @@ impl Session {
                 queued_streams: 0,
                 kernel: 0,
                 window: 0,
+                path: None,
+                sampled_at: None,
                 streams: 0,
                 peer_max_frame: 1024,
                 last_open: 0,
@@ -238,6 +251,7 @@ impl Session {
     /// Feeds bytes received on `conn`. Frames are processed in order; a
     /// malformed frame closes this lane only (PROTOCOL.md §6.1).
     pub fn handle_input(&mut self, conn: ConnId, data: &[u8], now: Instant) {
+        self.tick(now);
         let max = self.cfg.max_frame_size as usize;
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
@@ -299,8 +313,33 @@ impl Session {
         }
     }
 
+    /// Reports what the driver knows of `conn`'s path at `now` (PROTOCOL.md §5.1): its
+    /// delivery rate, RTT, and the transport's unsent and in-flight bytes, which replace
+    /// the kernel send queue of [`Session::set_kernel_outstanding`] (`unsent + in_flight`).
+    /// [`Policy::ExpectedCompletion`] places directions by it; the other policies see the
+    /// send queue only. A rate reported with bytes in flight and not app-limited is a
+    /// fresh sample; one not refreshed so for about ten round trips is stale and only a
+    /// lower bound (see the [`policy`](crate::policy) module).
+    pub fn set_path_estimate(&mut self, conn: ConnId, estimate: PathEstimate, now: Instant) {
+        self.tick(now);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.kernel = estimate.unsent + estimate.in_flight;
+            if estimate.delivery_rate > 0 && !estimate.app_limited && estimate.in_flight > 0 {
+                c.sampled_at = Some(now);
+            }
+            c.path = Some(estimate);
+        }
+    }
+
+    fn tick(&mut self, now: Instant) {
+        if self.clock.is_none_or(|c| c < now) {
+            self.clock = Some(now);
+        }
+    }
+
     /// Runs timers due at `now`: HELLO deadlines, PINGs and PONG deadlines.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.tick(now);
         self.run_timers(now);
     }
 
@@ -440,6 +479,7 @@ impl Session {
                 kernel: c.kernel,
                 streams: c.streams,
                 rtt: c.rtt,
+                path: c.path,
                 credit_held: c.conn_credit.then(|| c.recv.held()),
                 send_credit: c.conn_credit.then(|| c.send.available()),
             })

@@ -3,13 +3,33 @@
 //! frames go, and how a lane's transmit buffer is filled: control frames first,
 //! then stream frames round-robin within the lane's connection credit.
 //!
+//! A lane's rate sample is fresh when the driver reported it with bytes in flight and
+//! not app-limited within the last [`STALE_ROUND_TRIPS`] round trips; otherwise the
+//! expected-completion policy takes it as a lower bound.
+//!
 //! What it does NOT do: pace or measure the link; the driver reports kernel
-//! queues and congestion windows.
+//! queues, congestion windows and path estimates.
+
+use std::time::Duration;
 
 use super::{ConnId, ConnState, Session, StreamError};
 use crate::error::ErrorCode;
 use crate::frame::{Data, Open, Reset};
 use crate::policy::Load;
+
+/// Round trips after which a lane's last fresh rate sample is stale: BBR's bandwidth
+/// filter forgets samples after 10 round trips, and so does the expected-completion
+/// policy (it then treats the rate as a lower bound, and the idle lane takes new bindings
+/// until it has a fresh sample).
+pub(crate) const STALE_ROUND_TRIPS: u32 = 10;
+
+/// The shortest age at which a sample is stale, for lanes with sub-millisecond RTTs.
+pub(crate) const STALE_MIN: Duration = Duration::from_millis(10);
+
+/// Age after which a lane's rate sample no longer counts as a measurement.
+pub(crate) fn stale_after(rtt: Duration) -> Duration {
+    (rtt * STALE_ROUND_TRIPS).max(STALE_MIN)
+}
 
 impl Session {
     /// Appends frames for `conn` to `out`: control frames first, then stream
@@ -91,12 +111,26 @@ impl Session {
     pub(super) fn choose_conn(&mut self, for_open: bool) -> Option<ConnId> {
         self.scratch.clear();
         self.scratch_loads.clear();
+        let clock = self.clock;
         for (id, c) in &self.conns {
             if c.state == ConnState::Up && !(for_open && c.peer_draining) {
+                let path = c.path.unwrap_or_default();
+                let rtt = if path.rtt.is_zero() {
+                    c.rtt.unwrap_or_default()
+                } else {
+                    path.rtt
+                };
+                let stale = match (c.sampled_at, clock) {
+                    (Some(at), Some(now)) => now.saturating_duration_since(at) > stale_after(rtt),
+                    _ => true,
+                };
                 let l = Load {
                     outstanding: c.outstanding(),
                     streams: c.streams,
                     window: c.window,
+                    rate: path.delivery_rate,
+                    rtt_us: u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX),
+                    rate_is_floor: path.app_limited || stale,
                 };
                 self.scratch.push((*id, l));
                 self.scratch_loads.push(l);

@@ -954,3 +954,115 @@ proptest::proptest! {
         }
     }
 }
+
+/// An edge session with `n` Up lanes (a remote's HELLO fed on each) and `policy`.
+fn edge_with_lanes(n: usize, policy: Policy) -> (Session, Vec<ConnId>, Instant) {
+    let t = Instant::now();
+    let mut s = Session::new(Role::Edge, 9, cfg(), policy);
+    let mut hello = BytesMut::new();
+    Hello {
+        version: VERSION,
+        role: Role::Remote,
+        session: 9,
+        max_frame_size: 16384,
+        initial_window: 1 << 20,
+        max_streams: 10_000,
+        conn_window: Some(i32::MAX as u32),
+    }
+    .encode(&mut hello);
+    let lanes = (0..n)
+        .map(|_| {
+            let c = s.add_connection(t);
+            s.handle_input(c, &hello, t);
+            c
+        })
+        .collect();
+    while s.poll_event().is_some() {}
+    (s, lanes, t)
+}
+
+/// (c) A lane whose fresh estimate is low gets no bindings while its peers drain faster;
+/// once its estimate is stale (no fresh sample for ten round trips) it takes the next
+/// binding, and the sample that binding produces makes its own rate count again.
+#[test]
+fn a_starved_lane_gets_a_binding_once_its_estimate_is_stale() {
+    let (mut s, lanes, t0) = edge_with_lanes(3, Policy::ExpectedCompletion);
+    let rtt = Duration::from_millis(600);
+    let est = |rate: u64, in_flight: u64, app_limited: bool| PathEstimate {
+        delivery_rate: rate,
+        rtt,
+        unsent: 0,
+        in_flight,
+        app_limited,
+    };
+    // Lane 0 measured 10 kB/s with bytes in flight: a fresh, low sample.
+    s.set_path_estimate(lanes[0], est(10_000, 5_000, false), t0);
+    let mut t = t0;
+    let mut first_on_0 = None;
+    let mut step = 0u32;
+    while first_on_0.is_none() {
+        step += 1;
+        t = t0 + Duration::from_millis(100) * step;
+        assert!(step < 200, "lane 0 never got a binding");
+        // The busy lanes keep reporting fresh 5 MB/s samples with a growing backlog;
+        // lane 0 sends nothing, so the kernel keeps its last sample (low, not marked
+        // app-limited) and nothing is in flight: no fresh sample.
+        for &c in &lanes[1..] {
+            let backlog = 200_000 + u64::from(step) * 20_000;
+            s.set_path_estimate(c, est(5_000_000, backlog, false), t);
+        }
+        s.set_path_estimate(lanes[0], est(10_000, 0, false), t);
+        let id = s
+            .open(Kind::Http, "a:80", b"GET / HTTP/1.1\r\n\r\n", false)
+            .unwrap();
+        if s.stream(id).unwrap().send_conn == Some(lanes[0]) {
+            first_on_0 = Some(t - t0);
+        }
+    }
+    let waited = first_on_0.unwrap();
+    // Not before the sample is stale, and at the first decision after.
+    assert!(waited > schedule::stale_after(rtt), "{waited:?}");
+    assert!(
+        waited <= schedule::stale_after(rtt) + Duration::from_millis(100),
+        "{waited:?}"
+    );
+    // The binding produces a fresh sample, still low: the next bindings go elsewhere again.
+    s.set_path_estimate(lanes[0], est(10_000, 20_000, false), t);
+    let id = s.open(Kind::Http, "a:80", b"", false).unwrap();
+    assert_ne!(s.stream(id).unwrap().send_conn, Some(lanes[0]));
+    // A fresh sample that shows the lane is fast now keeps it in use.
+    s.set_path_estimate(lanes[0], est(8_000_000, 20_000, false), t);
+    let id = s.open(Kind::Http, "a:80", b"", false).unwrap();
+    assert_eq!(s.stream(id).unwrap().send_conn, Some(lanes[0]));
+}
+
+/// (a) With path estimates, new bindings go to the lane that completes first: the fast
+/// lane takes most of a burst, the slow and the queued lanes fewer.
+#[test]
+fn bindings_follow_expected_completion() {
+    let (mut s, lanes, t) = edge_with_lanes(3, Policy::ExpectedCompletion);
+    let est = |rate: u64, in_flight: u64| PathEstimate {
+        delivery_rate: rate,
+        rtt: Duration::from_millis(100),
+        unsent: 0,
+        in_flight,
+        app_limited: false,
+    };
+    // Lane 0: 10 MB/s. Lane 1: 1 MB/s. Lane 2: 10 MB/s with 2 MB queued in the kernel.
+    s.set_path_estimate(lanes[0], est(10_000_000, 1), t);
+    s.set_path_estimate(lanes[1], est(1_000_000, 1), t);
+    s.set_path_estimate(lanes[2], est(10_000_000, 2_000_000), t);
+    let mut count = [0u32; 3];
+    for _ in 0..60 {
+        let id = s
+            .open(Kind::Http, "a:80", &[0u8; 32 * 1024], false)
+            .unwrap();
+        let c = s.stream(id).unwrap().send_conn.unwrap();
+        count[lanes.iter().position(|l| *l == c).unwrap()] += 1;
+    }
+    assert!(count[0] > count[1] && count[0] > count[2], "{count:?}");
+    assert!(
+        count[1] > 0,
+        "the slow lane takes a share once the fast one queues: {count:?}"
+    );
+}
