@@ -137,9 +137,12 @@ impl Session {
         self.highest_accepted = self.highest_accepted.max(o.stream);
         self.streams.insert(o.stream, s);
         // Its starting window beyond the HELLO's, granted at accept (`credit`, "Starting
-        // windows"), before its first bytes are delivered and consumed.
-        if let Some(w) = self.take_open_grant(o.stream) {
-            self.queue_ctrl(conn, &Frame::Window(w));
+        // windows"), before its first bytes are delivered and consumed; not for a direction
+        // that already ended with this OPEN (a request without a body).
+        if !o.fin {
+            if let Some(w) = self.take_open_grant(o.stream) {
+                self.queue_ctrl(conn, &Frame::Window(w));
+            }
         }
         if let Some(c) = self.conns.get_mut(&conn) {
             c.streams += 1;
