@@ -41,8 +41,8 @@ pub const DEFAULT_INITIAL_STREAM_WINDOW: u32 = 256 * 1024;
 /// maximum windows of `pacific` (6.5 MB, 4 × BDP) and an eighth of one connection's credit
 /// ([`DEFAULT_CONN_WINDOW`]), so large starts never bring connection credit near binding; with
 /// it K stalled readers commit at most 32 MiB + K × 256 KiB (the bound of Linux's `tcp_mem`
-/// pressure mode, which clamps new windows to a few segments once the host's socket memory
-/// passes a threshold, applied per session).
+/// pressure mode, which stops window growth and cuts the windows of filling sockets to a few
+/// segments once the host's socket memory passes a threshold, applied per session).
 pub const DEFAULT_INITIAL_WINDOW_BUDGET: u64 = 32 * 1024 * 1024;
 /// Most concurrent streams per QUIC pool connection (`pool::QuicOptions`).
 pub const DEFAULT_MAX_STREAMS: u32 = 1024;

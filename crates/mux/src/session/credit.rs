@@ -51,9 +51,9 @@
 //! Growing from 256 KiB costs a reply between about 256 KiB and a few MB one or two extra
 //! round trips of the long link (a 1 MB reply on `pacific`: 428 ms instead of 212 ms in
 //! tests/link.rs). So a stream starts small only when the session is under memory pressure:
-//! a new stream starts at [`Config::start_window`](crate::Config::start_window) of the receive credit the session has
-//! *committed* to its streams ([`Session::recv_committed`]: every open receive direction's
-//! window, buffered or not, plus what ended directions still buffer): the headroom left in
+//! a new stream starts at [`Config::start_window`](crate::Config::start_window) of the receive
+//! credit the session has *committed* to its streams ([`Session::recv_committed`]: the sum of
+//! their windows, buffered or not, until they are forgotten): the headroom left in
 //! `Config::initial_window_budget` (32 MiB), at least the floor (`initial_stream_window`,
 //! 256 KiB) and at most the maximum. Committed credit, not buffered bytes, is the measure
 //! because credit granted to a stream whose reader stalls is memory the peer may fill at any
@@ -64,9 +64,10 @@
 //! `stalled_readers_opened_one_after_another_stay_within_the_budget_plus_a_floor_each`); growth
 //! adds to the commitment only for readers that keep up. This is Linux's answer to the same
 //! problem moved from the host to the session: TCP sockets get generous receive buffers until
-//! the host's socket memory passes `tcp_mem`'s pressure threshold, after which
-//! `tcp_under_memory_pressure()` clamps every new window (`__tcp_select_window`: `rcv_ssthresh`
-//! to 4 MSS) and buffers stop growing. h2 and hyper instead pick one fixed initial window per
+//! the host's socket memory passes `tcp_mem`'s pressure threshold, after which receive windows
+//! stop growing (`tcp_grow_window`, `tcp_clamp_window` check the pressure flag) and a socket
+//! whose buffer is half full has its advertised window cut to a few segments
+//! (`__tcp_select_window`). h2 and hyper instead pick one fixed initial window per
 //! connection (the RFC 9113 default 65 535, hyper's client 2 MiB without its adaptive window)
 //! and cannot be both fast and bounded.
 //!
@@ -308,20 +309,13 @@ impl Session {
         }
     }
 
-    /// Receive credit committed to all streams, bytes: each open receive direction's window
-    /// (bytes buffered + credit the peer holds + consumed bytes not yet returned), and the bytes
-    /// still buffered of the directions that ended. What the peer may make us buffer at most.
+    /// Receive credit committed to all streams, bytes: the sum of their receive windows
+    /// (bytes buffered + credit the peer holds + consumed bytes not yet returned) until they
+    /// are forgotten, kept as streams come, grow and go, so an open costs no walk over the
+    /// streams. At least what the peer may make us buffer: a direction that ended (FIN or
+    /// reset) still counts its whole window until the application releases the stream.
     pub(crate) fn recv_committed(&self) -> u64 {
-        self.streams
-            .values()
-            .map(|s| {
-                if s.fin_received || s.reset.is_some() {
-                    s.recv_buf_len
-                } else {
-                    s.recv.window()
-                }
-            })
-            .sum()
+        self.recv_windows
     }
 
     /// Receive credit of a new stream: the HELLO's initial window, widened at once to
@@ -362,9 +356,14 @@ impl Session {
             .recv_conn
             .and_then(|c| self.conns.get(&c))
             .and_then(|c| c.rtt);
-        if s.recv.autotune(now, rtt) == 0 {
+        let grown = s.recv.autotune(now, rtt);
+        if grown == 0 {
             return;
         }
+        self.recv_windows += grown;
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
         let threshold = (s.recv.window() / 4).max(1);
         if let Some(inc) = s.recv.take_return(threshold) {
             let prefer = s.recv_conn;

@@ -135,6 +135,7 @@ impl Session {
         );
         s.recv_conn = Some(conn);
         self.highest_accepted = self.highest_accepted.max(o.stream);
+        self.recv_windows += s.recv.window();
         self.streams.insert(o.stream, s);
         // Its starting window beyond the HELLO's, granted at accept (`credit`, "Starting
         // windows"), before its first bytes are delivered and consumed; not for a direction

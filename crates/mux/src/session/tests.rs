@@ -969,6 +969,8 @@ proptest::proptest! {
                         );
                     }
                     assert_conserved(&p, u64::from(tuned().conn_window));
+                    let windows: u64 = p.edge.streams.values().map(|s| s.recv.window()).sum();
+                    proptest::prop_assert_eq!(p.edge.recv_committed(), windows);
                 }
             }
             let _ = p.edge_events();
@@ -1066,11 +1068,13 @@ fn stalled_readers_opened_one_after_another_hold_at_most_the_budget_plus_a_floor
         "{windows:?}"
     );
     assert_eq!(windows.iter().sum::<u64>(), p.edge.recv_committed());
-    // Once they end, their commitment is gone: the next stream starts at the maximum again.
+    // Once they are gone, so is their commitment: the next stream starts at the maximum again.
     for &id in &ids {
         p.edge.reset(id, ErrorCode::CANCEL);
+        p.edge.release(id);
     }
     p.shuttle();
+    assert_eq!(p.edge.recv_committed(), 0);
     let id = p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap();
     assert_eq!(p.edge.stream(id).unwrap().recv_window, max);
 }
