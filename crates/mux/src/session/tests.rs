@@ -1022,6 +1022,26 @@ fn a_stream_on_a_quiet_session_starts_at_its_maximum_window_without_a_round_trip
     );
     assert_eq!(p.edge.stream(id).unwrap().recv_window, max);
     assert_eq!(p.remote.stream(id).unwrap().recv_window, max);
+
+    // A request that ends with its OPEN gets no upload grant: the remote answers with nothing.
+    let get = p.edge.open(Kind::Http, "a:1", b"GET", true).unwrap();
+    let mut wire = Vec::new();
+    p.edge.poll_transmit(p.e, usize::MAX, &mut wire);
+    p.remote.handle_input(p.r, &wire, p.t);
+    let mut back = Vec::new();
+    p.remote.poll_transmit(p.r, usize::MAX, &mut back);
+    let mut buf = BytesMut::from(&back[..]);
+    while let Some(f) = Frame::decode(&mut buf, 1 << 20).unwrap() {
+        assert!(
+            !matches!(f, Frame::Window(ref w) if w.stream == get),
+            "{f:?}"
+        );
+    }
+    assert_eq!(
+        p.remote.send_capacity(get) as u64,
+        max,
+        "its reply still starts large"
+    );
 }
 
 /// The memory bound of starting windows: K = 200 streams opened one after another whose
