@@ -67,9 +67,11 @@
 //! the host's socket memory passes `tcp_mem`'s pressure threshold, after which receive windows
 //! stop growing (`tcp_grow_window`, `tcp_clamp_window` check the pressure flag) and a socket
 //! whose buffer is half full has its advertised window cut to a few segments
-//! (`__tcp_select_window`). h2 and hyper instead pick one fixed initial window per
-//! connection (the RFC 9113 default 65 535, hyper's client 2 MiB without its adaptive window)
-//! and cannot be both fast and bounded.
+//! (`__tcp_select_window`). HTTP/2 stacks pick one initial stream window per
+//! connection instead: hyper's client 2 MiB per stream under a 5 MiB connection window
+//! (`proto/h2/client.rs`), which bounds what stalled streams hold by holding back all of them
+//! together; with its adaptive window, the RFC 9113 default 65 535 grown by BDP samples, which
+//! costs every early reply the round trips of growth.
 //!
 //! The HELLO still advertises the floor as every stream's initial window, so the extra is
 //! granted the way growth is, in a WINDOW frame: the edge, which opens streams, puts it right
