@@ -35,7 +35,7 @@ pub const MAX_STREAM_WINDOW_BDPS: u32 = 16;
 pub const DEFAULT_INITIAL_STREAM_WINDOW: u32 = 256 * 1024;
 /// Receive credit a session may commit to its streams before new streams start at the
 /// [`DEFAULT_INITIAL_STREAM_WINDOW`] floor, bytes: 32 MiB. While the streams' committed credit
-/// (open windows plus bytes buffered unread, `session::credit`) is below it, a new stream starts
+/// (the sum of their receive windows, `session::credit`) is below it, a new stream starts
 /// with the headroom left, up to its maximum window, so a reply of a few MB on a quiet session is
 /// not held back by a small window for the round trips its growth would take. 32 MiB is five
 /// maximum windows of `pacific` (6.5 MB, 4 × BDP) and an eighth of one connection's credit

@@ -38,13 +38,14 @@
 //! What it gives: a reader of rate `r` settles at a window between `4·r·RTT` and twice that
 //! (it stops growing once the window exceeds four of its round trips' worth), capped at the
 //! maximum; a reader at line rate reaches the maximum (4 × BDP ≥ `4·r·RTT`); a stalled reader
-//! consumes nothing and never grows, so K stalled or slow readers that started at the floor hold
-//! about K × 256 KiB, not K maximum windows. From 256 KiB a line-rate reader needs ⌈log2(max ÷ 256 KiB)⌉ doublings, at
-//! about one per round trip (a window-limited sender delivers one window per round trip). On
-//! the modelled `pacific` link (130 ms, 100 Mbit/s, max 6.5 MB) a reply carries ≥ 90 % of line
-//! rate from the 6th round trip after its open on (tests/link.rs,
-//! `a_fast_reader_reaches_line_rate_within_six_round_trips`), and 20 readers at 2 Mbit/s keep
-//! 256 KiB windows (`slow_readers_hold_their_initial_window_and_a_moderate_one_what_it_drains`).
+//! consumes nothing and never grows, so K stalled or slow readers that started at the floor
+//! hold about K × 256 KiB, not K maximum windows. From 256 KiB a line-rate reader needs
+//! ⌈log2(max ÷ 256 KiB)⌉ doublings, at about one per round trip (a window-limited sender
+//! delivers one window per round trip). On the modelled `pacific` link (130 ms, 100 Mbit/s,
+//! max 6.5 MB) a reply from the floor carries ≥ 90 % of line rate from the 6th round trip after
+//! its open on (tests/link.rs, `a_fast_reader_reaches_line_rate_within_six_round_trips`), and
+//! 20 readers at 2 Mbit/s keep 256 KiB windows
+//! (`slow_readers_hold_their_initial_window_and_a_moderate_one_what_it_drains`).
 //!
 //! # Starting windows
 //!
@@ -322,8 +323,9 @@ impl Session {
 
     /// Receive credit of a new stream: the HELLO's initial window, widened at once to
     /// `Config::start_window` of what the session has committed (module doc, "Starting
-    /// windows"); the widening is unreturned credit that the caller grants in a WINDOW
-    /// ([`Session::take_open_grant`]) on the lane of the stream's OPEN, right behind it.
+    /// windows"); the widening is unreturned credit, granted in a WINDOW right behind the
+    /// stream's OPEN on the edge (`schedule`) and at accept on the remote
+    /// ([`Session::take_open_grant`]).
     pub(super) fn stream_recv_credit(&self) -> Credit {
         let mut c = Credit::tuned(
             u64::from(self.cfg.initial_window()),
