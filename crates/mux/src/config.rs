@@ -33,6 +33,17 @@ pub const MAX_STREAM_WINDOW_BDPS: u32 = 16;
 /// default initial receive buffer (`tcp_rmem` 128 KiB) and quic-go's initial stream window
 /// (512 KiB).
 pub const DEFAULT_INITIAL_STREAM_WINDOW: u32 = 256 * 1024;
+/// Receive credit a session may commit to its streams before new streams start at the
+/// [`DEFAULT_INITIAL_STREAM_WINDOW`] floor, bytes: 32 MiB. While the streams' committed credit
+/// (the sum of their receive windows, `session::credit`) is below it, a new stream starts
+/// with the headroom left, up to its maximum window, so a reply of a few MB on a quiet session is
+/// not held back by a small window for the round trips its growth would take. 32 MiB is five
+/// maximum windows of `pacific` (6.5 MB, 4 × BDP) and an eighth of one connection's credit
+/// ([`DEFAULT_CONN_WINDOW`]), so large starts never bring connection credit near binding; with
+/// it K stalled readers commit at most 32 MiB + K × 256 KiB (the bound of Linux's `tcp_mem`
+/// pressure mode, which stops window growth and cuts the windows of filling sockets to a few
+/// segments once the host's socket memory passes a threshold, applied per session).
+pub const DEFAULT_INITIAL_WINDOW_BUDGET: u64 = 32 * 1024 * 1024;
 /// Most concurrent streams per QUIC pool connection (`pool::QuicOptions`).
 pub const DEFAULT_MAX_STREAMS: u32 = 1024;
 /// Most concurrent streams of one mux session (all its connections) with a peer that honours
@@ -76,6 +87,11 @@ pub struct Config {
     /// it counts as `stream_window` ([`Config::initial_window`]); equal to it, windows never
     /// grow.
     pub initial_stream_window: u32,
+    /// Receive credit committed to all streams below which a new stream starts above
+    /// `initial_stream_window` (up to `stream_window`), bytes; 0: every stream starts at
+    /// `initial_stream_window`. See [`DEFAULT_INITIAL_WINDOW_BUDGET`] and
+    /// [`Config::start_window`].
+    pub initial_window_budget: u64,
     /// Credit granted to each connection for all its streams in the direction towards us,
     /// bytes; see [`DEFAULT_CONN_WINDOW`].
     pub conn_window: u32,
@@ -134,6 +150,7 @@ impl Config {
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             stream_window: window as u32,
             initial_stream_window: (window as u32).min(DEFAULT_INITIAL_STREAM_WINDOW),
+            initial_window_budget: DEFAULT_INITIAL_WINDOW_BUDGET,
             conn_window: DEFAULT_CONN_WINDOW,
             max_streams: DEFAULT_SESSION_STREAMS,
             max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
@@ -147,6 +164,20 @@ impl Config {
     /// The window each stream starts with: `initial_stream_window`, at most `stream_window`.
     pub fn initial_window(&self) -> u32 {
         self.initial_stream_window.min(self.stream_window)
+    }
+
+    /// The receive window a new stream starts with when the session's streams have
+    /// `committed` bytes of receive credit outstanding: the headroom left in
+    /// `initial_window_budget`, at least [`Config::initial_window`] (the floor, advertised in
+    /// HELLO) and at most `stream_window`. Each start adds at most
+    /// `max(budget - committed, floor)` to the commitment, so streams opened one after another
+    /// commit at most `initial_window_budget + K × floor` for K of them that do not read
+    /// (`session::credit`).
+    pub fn start_window(&self, committed: u64) -> u64 {
+        let floor = u64::from(self.initial_window());
+        self.initial_window_budget
+            .saturating_sub(committed)
+            .clamp(floor, u64::from(self.stream_window).max(floor))
     }
 
     /// Most concurrent streams with a peer that does not honour connection credit (an older
@@ -210,6 +241,26 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_stream_starts_with_the_budget_headroom_between_floor_and_maximum() {
+        let c = Config::default();
+        let (floor, max) = (256 * 1024, 6_500_000);
+        assert_eq!(c.start_window(0), max, "a quiet session: the maximum");
+        let budget = DEFAULT_INITIAL_WINDOW_BUDGET;
+        assert_eq!(c.start_window(budget - 1_000_000), 1_000_000);
+        assert_eq!(
+            c.start_window(budget - 1000),
+            floor,
+            "never below the floor"
+        );
+        assert_eq!(c.start_window(10 * budget), floor);
+        let off = Config {
+            initial_window_budget: 0,
+            ..c
+        };
+        assert_eq!(off.start_window(0), floor, "budget 0: always the floor");
+    }
 
     #[test]
     fn defaults_are_sized_from_the_bdp_and_valid() {

@@ -387,10 +387,20 @@ impl World {
     }
 }
 
-/// The defaults on the modelled link (130 ms, 100 Mbit/s): stream windows start at 256 KiB and
-/// grow to 4 × BDP = 6.5 MB.
+/// The defaults on the modelled link (130 ms, 100 Mbit/s): stream windows start at up to
+/// 4 × BDP = 6.5 MB while the session commits less than 32 MiB, at 256 KiB beyond, and grow
+/// to 6.5 MB.
 fn pacific() -> Config {
     Config::for_link(Duration::from_millis(130), 100_000_000)
+}
+
+/// [`pacific`] with every stream starting at the 256 KiB floor, as streams do once the
+/// session's starting-window budget is used: the autotuning tests see windows grow from it.
+fn growing() -> Config {
+    Config {
+        initial_window_budget: 0,
+        ..pacific()
+    }
 }
 
 /// [`pacific`] with every stream window at its maximum from the start (no autotuning).
@@ -444,7 +454,12 @@ fn large_replies_spread_and_small_reply_takes_least_loaded_lane() {
 #[test]
 fn stalled_reader_does_not_slow_its_connection() {
     let window = u64::from(pacific().initial_stream_window);
-    let mut w = World::new(1, Policy::LeastOutstanding, Policy::LeastOutstanding);
+    let mut w = World::with_config(
+        1,
+        Policy::LeastOutstanding,
+        Policy::LeastOutstanding,
+        growing(),
+    );
     let stalled = w.open(20_000_000, 0);
     w.stalled.push(stalled);
     let other = w.open(12_000_000, 0);
@@ -615,7 +630,12 @@ fn wait_for_rtt(w: &mut World) {
 /// The window ends at its maximum, 4 × BDP.
 #[test]
 fn a_fast_reader_reaches_line_rate_within_six_round_trips() {
-    let mut w = World::new(1, Policy::LeastOutstanding, Policy::LeastOutstanding);
+    let mut w = World::with_config(
+        1,
+        Policy::LeastOutstanding,
+        Policy::LeastOutstanding,
+        growing(),
+    );
     wait_for_rtt(&mut w);
     let rtt = 2 * w.delay_ticks;
     let id = w.open(40_000_000, 0);
@@ -655,7 +675,12 @@ fn a_fast_reader_reaches_line_rate_within_six_round_trips() {
 fn slow_readers_hold_their_initial_window_and_a_moderate_one_what_it_drains() {
     const K: usize = 20;
     let initial = u64::from(pacific().initial_stream_window);
-    let mut w = World::new(2, Policy::LeastOutstanding, Policy::LeastOutstanding);
+    let mut w = World::with_config(
+        2,
+        Policy::LeastOutstanding,
+        Policy::LeastOutstanding,
+        growing(),
+    );
     wait_for_rtt(&mut w);
     let slow: Vec<u64> = (0..K).map(|_| w.open(4_000_000, 0)).collect();
     for &id in &slow {
@@ -687,4 +712,104 @@ fn slow_readers_hold_their_initial_window_and_a_moderate_one_what_it_drains() {
         "moderate reader's window {win}"
     );
     assert!(win < f64::from(pacific().stream_window));
+}
+
+/// Starting windows, the latency they save: on an idle session a 1 MB reply is not held by its
+/// stream window and arrives one round trip plus its transfer time after the open (130 ms +
+/// 80 ms at 100 Mbit/s, a few ms of framing and queueing aside); from the 256 KiB floor it
+/// takes more than one and a half round trips more (216 ms in this model), while the window
+/// grows (256 KiB, 512 KiB, then the rest).
+#[test]
+fn a_1mb_reply_on_an_idle_session_takes_one_round_trip_plus_its_transfer() {
+    let fetch = |cfg: Config| {
+        let mut w = World::with_config(1, Policy::LeastOutstanding, Policy::LeastOutstanding, cfg);
+        wait_for_rtt(&mut w);
+        w.run_for(500);
+        let t0 = w.tick;
+        let id = w.open(1_000_000, 0);
+        w.run_until(|w| w.done(id), 5000);
+        assert_eq!(w.streams[&id].received, 1_000_000);
+        w.streams[&id].done_at.unwrap() - t0
+    };
+    let rtt = 130;
+    let transfer = 1_000_000 * 8 / 100_000; // ms at 100 Mbit/s
+    let started = fetch(pacific());
+    assert!(
+        started >= rtt + transfer && started <= rtt + transfer + 15,
+        "1 MB in {started} ms"
+    );
+    let floor = fetch(growing());
+    assert!(
+        floor >= started + 3 * rtt / 2,
+        "from the floor {floor} ms, started at the maximum {started} ms"
+    );
+}
+
+/// Starting windows, the memory they may hold: K = 200 replies of 8 MB opened one after
+/// another on an idle two-lane session, whose readers never read, commit and buffer at most the
+/// 32 MiB budget + K × 256 KiB at the edge (84 MB, against 1.3 GB were every stream to start
+/// at the maximum); the first ones start at the maximum (and fill it), the rest at the floor,
+/// and a reader that keeps up beside them still gets its replies.
+#[test]
+fn stalled_readers_opened_one_after_another_stay_within_the_budget_plus_a_floor_each() {
+    const K: usize = 200;
+    let c = pacific();
+    let (floor, max) = (u64::from(c.initial_window()), u64::from(c.stream_window));
+    let bound = c.initial_window_budget + K as u64 * floor;
+    let mut w = World::new(2, Policy::LeastOutstanding, Policy::LeastOutstanding);
+    wait_for_rtt(&mut w);
+    let mut stalled = Vec::new();
+    for _ in 0..K {
+        let id = w.open(8_000_000, 0);
+        w.stalled.push(id);
+        stalled.push(id);
+        w.run_for(5);
+        let committed: u64 = stalled
+            .iter()
+            .map(|&id| w.edge.stream(id).unwrap().recv_window)
+            .sum();
+        assert!(
+            committed <= bound,
+            "{} streams commit {committed}",
+            stalled.len()
+        );
+    }
+    // Until every granted byte arrived (84 MB at 100 Mbit/s), checking the bound on the way.
+    let total = |w: &World| -> (u64, u64) {
+        stalled.iter().fold((0, 0), |(b, win), &id| {
+            let s = w.edge.stream(id).unwrap();
+            (b + s.recv_buffered, win + s.recv_window)
+        })
+    };
+    while total(&w).0 < total(&w).1 {
+        w.step();
+        assert!(total(&w).0 <= bound);
+        assert!(w.tick < 20_000, "granted bytes never arrived");
+    }
+    let buffered: u64 = stalled
+        .iter()
+        .map(|&id| w.edge.stream(id).unwrap().recv_buffered)
+        .sum();
+    assert!(
+        buffered <= bound,
+        "{K} stalled readers buffer {buffered} > {bound}"
+    );
+    let windows: Vec<u64> = stalled
+        .iter()
+        .map(|&id| w.edge.stream(id).unwrap().recv_window)
+        .collect();
+    let at_max = (c.initial_window_budget / max) as usize;
+    assert!(windows[..at_max].iter().all(|&w| w == max), "{windows:?}");
+    assert!(
+        windows[at_max + 1..].iter().all(|&w| w == floor),
+        "{windows:?}"
+    );
+    assert_eq!(
+        buffered,
+        windows.iter().sum::<u64>(),
+        "every granted byte was sent"
+    );
+    let other = w.open(2_000_000, 0);
+    w.run_until(|w| w.done(other), 5000);
+    assert_eq!(w.streams[&other].received, 2_000_000);
 }

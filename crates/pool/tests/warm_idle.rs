@@ -128,10 +128,10 @@ fn a_warm_pool_connection_keeps_its_window_across_30s_idle() {
         );
     }
     let remote_addr = SocketAddr::new(topo.addr(Node::Remote), PORT);
-    // Every stream's window is its maximum from the start, so that stream flow control
-    // cannot hold the reply back: what is timed is the congestion window alone.
-    let mut mux = mux::Config::for_link(rtt, rate);
-    mux.initial_stream_window = mux.stream_window;
+    // The default windows: on a session with nothing else open a new stream starts at its
+    // maximum (mux `session::credit`, starting windows), so stream flow control does not hold
+    // the reply back and what is timed is the congestion window alone.
+    let mux = mux::Config::for_link(rtt, rate);
 
     let m = mux.clone();
     let (remote_rt, server) = topo

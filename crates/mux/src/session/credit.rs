@@ -38,13 +38,49 @@
 //! What it gives: a reader of rate `r` settles at a window between `4·r·RTT` and twice that
 //! (it stops growing once the window exceeds four of its round trips' worth), capped at the
 //! maximum; a reader at line rate reaches the maximum (4 × BDP ≥ `4·r·RTT`); a stalled reader
-//! consumes nothing and never grows, so K stalled or slow readers hold about K × 256 KiB, not K
-//! maximum windows. From 256 KiB a line-rate reader needs ⌈log2(max ÷ 256 KiB)⌉ doublings, at
-//! about one per round trip (a window-limited sender delivers one window per round trip). On
-//! the modelled `pacific` link (130 ms, 100 Mbit/s, max 6.5 MB) a reply carries ≥ 90 % of line
-//! rate from the 6th round trip after its open on (tests/link.rs,
-//! `a_fast_reader_reaches_line_rate_within_six_round_trips`), and 20 readers at 2 Mbit/s keep
-//! 256 KiB windows (`slow_readers_hold_their_initial_window_and_a_moderate_one_what_it_drains`).
+//! consumes nothing and never grows, so K stalled or slow readers that started at the floor
+//! hold about K × 256 KiB, not K maximum windows. From 256 KiB a line-rate reader needs
+//! ⌈log2(max ÷ 256 KiB)⌉ doublings, at about one per round trip (a window-limited sender
+//! delivers one window per round trip). On the modelled `pacific` link (130 ms, 100 Mbit/s,
+//! max 6.5 MB) a reply from the floor carries ≥ 90 % of line rate from the 6th round trip after
+//! its open on (tests/link.rs, `a_fast_reader_reaches_line_rate_within_six_round_trips`), and
+//! 20 readers at 2 Mbit/s keep 256 KiB windows
+//! (`slow_readers_hold_their_initial_window_and_a_moderate_one_what_it_drains`).
+//!
+//! # Starting windows
+//!
+//! Growing from 256 KiB costs a reply between about 256 KiB and a few MB one or two extra
+//! round trips of the long link (a 1 MB reply on `pacific`: 428 ms instead of 212 ms in
+//! tests/link.rs). So a stream starts small only when the session is under memory pressure:
+//! a new stream starts at [`Config::start_window`](crate::Config::start_window) of the receive
+//! credit the session has *committed* to its streams ([`Session::recv_committed`]: the sum of
+//! their windows, buffered or not, until they are forgotten): the headroom left in
+//! `Config::initial_window_budget` (32 MiB), at least the floor (`initial_stream_window`,
+//! 256 KiB) and at most the maximum. Committed credit, not buffered bytes, is the measure
+//! because credit granted to a stream whose reader stalls is memory the peer may fill at any
+//! moment; counting only buffered bytes would let a burst of opens each take a maximum
+//! window before any data arrived. Each start adds at most `max(budget − committed, floor)`, so
+//! **K streams opened one after another whose readers never read commit (and buffer) at most
+//! `initial_window_budget + K × initial_stream_window`** (32 MiB + K × 256 KiB; tests/link.rs,
+//! `stalled_readers_opened_one_after_another_stay_within_the_budget_plus_a_floor_each`); growth
+//! adds to the commitment only for readers that keep up. This is Linux's answer to the same
+//! problem moved from the host to the session: TCP sockets get generous receive buffers until
+//! the host's socket memory passes `tcp_mem`'s pressure threshold, after which receive windows
+//! stop growing (`tcp_grow_window`, `tcp_clamp_window` check the pressure flag) and a socket
+//! whose buffer is half full has its advertised window cut to a few segments
+//! (`__tcp_select_window`). HTTP/2 stacks pick one initial stream window per
+//! connection instead: hyper's client 2 MiB per stream under a 5 MiB connection window
+//! (`proto/h2/client.rs`), which bounds what stalled streams hold by holding back all of them
+//! together; with its adaptive window, the RFC 9113 default 65 535 grown by BDP samples, which
+//! costs every early reply the round trips of growth.
+//!
+//! The HELLO still advertises the floor as every stream's initial window, so the extra is
+//! granted the way growth is, in a WINDOW frame: the edge, which opens streams, puts it right
+//! behind the stream's OPEN on the same connection (`schedule`), so it reaches the remote
+//! before the request does and costs no round trip; the remote grants it at accept, for uploads
+//! (`recv`). A sender of any release adds a WINDOW's increment to the stream's credit, and a
+//! WINDOW behind its OPEN on the same connection always finds the stream, so mixed releases
+//! interoperate: an older receiver starts every stream at its HELLO's window, as before.
 //!
 //! Connection credit does not autotune: its window (`Config::conn_window`, 256 MiB) is at
 //! least the largest stream window (`Config::validate`), so one stream can never be limited by
@@ -103,6 +139,18 @@ impl Credit {
             max: max.max(initial),
             consumed: 0,
             epoch: None,
+        }
+    }
+
+    /// Receive side, before anything arrived: widens the window to `to` (at most the
+    /// maximum). The increase counts as consumed-and-unreturned, so the next
+    /// [`Credit::take_return`] grants it to the sender, which started with the smaller
+    /// window the HELLO advertises.
+    pub fn raise(&mut self, to: u64) {
+        let to = to.min(self.max);
+        if to > self.window {
+            self.unacked += to - self.window;
+            self.window = to;
         }
     }
 
@@ -264,12 +312,39 @@ impl Session {
         }
     }
 
-    /// Receive credit of a new stream: the initial window, growing to the maximum.
+    /// Receive credit committed to all streams, bytes: the sum of their receive windows
+    /// (bytes buffered + credit the peer holds + consumed bytes not yet returned) until they
+    /// are forgotten, kept as streams come, grow and go, so an open costs no walk over the
+    /// streams. At least what the peer may make us buffer: a direction that ended (FIN or
+    /// reset) still counts its whole window until the application releases the stream.
+    pub(crate) fn recv_committed(&self) -> u64 {
+        self.recv_windows
+    }
+
+    /// Receive credit of a new stream: the HELLO's initial window, widened at once to
+    /// `Config::start_window` of what the session has committed (module doc, "Starting
+    /// windows"); the widening is unreturned credit, granted in a WINDOW right behind the
+    /// stream's OPEN on the edge (`schedule`) and at accept on the remote
+    /// ([`Session::take_open_grant`]).
     pub(super) fn stream_recv_credit(&self) -> Credit {
-        Credit::tuned(
+        let mut c = Credit::tuned(
             u64::from(self.cfg.initial_window()),
             u64::from(self.cfg.stream_window),
-        )
+        );
+        c.raise(self.cfg.start_window(self.recv_committed()));
+        c
+    }
+
+    /// The WINDOW that grants stream `id` its starting window beyond the HELLO's initial
+    /// one, taken once, before the peer's first bytes were consumed; `None` if it starts at
+    /// the initial window.
+    pub(super) fn take_open_grant(&mut self, id: u64) -> Option<Window> {
+        let s = self.streams.get_mut(&id)?;
+        let increment = s.recv.take_return(1)?;
+        Some(Window {
+            stream: id,
+            increment,
+        })
     }
 
     /// Bytes of stream `id` arrived at `now`: grows its window if its reader keeps up
@@ -285,9 +360,14 @@ impl Session {
             .recv_conn
             .and_then(|c| self.conns.get(&c))
             .and_then(|c| c.rtt);
-        if s.recv.autotune(now, rtt) == 0 {
+        let grown = s.recv.autotune(now, rtt);
+        if grown == 0 {
             return;
         }
+        self.recv_windows += grown;
+        let Some(s) = self.streams.get_mut(&id) else {
+            return;
+        };
         let threshold = (s.recv.window() / 4).max(1);
         if let Some(inc) = s.recv.take_return(threshold) {
             let prefer = s.recv_conn;

@@ -80,6 +80,8 @@ impl Session {
         if s.released && sent_all {
             self.unbind(id);
             if let Some(s) = self.streams.remove(&id) {
+                debug_assert!(self.recv_windows >= s.recv.window());
+                self.recv_windows = self.recv_windows.saturating_sub(s.recv.window());
                 if let Some(c) = s.send_conn.and_then(|c| self.conns.get_mut(&c)) {
                     c.queued_streams = c.queued_streams.saturating_sub(s.accounted);
                 }

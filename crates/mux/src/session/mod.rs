@@ -150,6 +150,9 @@ pub struct Session {
     /// Highest OPEN id accepted (remote side).
     highest_accepted: u64,
     ping_seq: u64,
+    /// Sum of the receive windows of all streams until they are forgotten: the receive credit
+    /// committed to them (`credit`, "Starting windows").
+    recv_windows: u64,
     /// Scratch space for scheduling decisions.
     scratch: Vec<(ConnId, Load)>,
     scratch_loads: Vec<Load>,
@@ -179,6 +182,7 @@ impl Session {
             local_goaway: None,
             highest_accepted: 0,
             ping_seq: 0,
+            recv_windows: 0,
             scratch: Vec::new(),
             scratch_loads: Vec::new(),
             clock: None,
@@ -565,6 +569,7 @@ impl Session {
         }
         s.fin_queued = fin;
         s.send_conn = Some(conn);
+        self.recv_windows += s.recv.window();
         self.streams.insert(id, s);
         if let Some(c) = self.conns.get_mut(&conn) {
             c.streams += 1;

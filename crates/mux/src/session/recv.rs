@@ -135,7 +135,16 @@ impl Session {
         );
         s.recv_conn = Some(conn);
         self.highest_accepted = self.highest_accepted.max(o.stream);
+        self.recv_windows += s.recv.window();
         self.streams.insert(o.stream, s);
+        // Its starting window beyond the HELLO's, granted at accept (`credit`, "Starting
+        // windows"), before its first bytes are delivered and consumed; not for a direction
+        // that already ended with this OPEN (a request without a body).
+        if !o.fin {
+            if let Some(w) = self.take_open_grant(o.stream) {
+                self.queue_ctrl(conn, &Frame::Window(w));
+            }
+        }
         if let Some(c) = self.conns.get_mut(&conn) {
             c.streams += 1;
         }

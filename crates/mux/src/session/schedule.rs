@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::{ConnId, ConnState, Session, StreamError};
 use crate::error::ErrorCode;
-use crate::frame::{Data, Open, Reset};
+use crate::frame::{Data, Open, Reset, Window};
 use crate::policy::Load;
 
 /// Round trips after which a lane's last fresh rate sample is stale: BBR's bandwidth
@@ -233,6 +233,17 @@ impl Session {
             let data = s.take_send(n);
             let fin = s.fin_queued && s.send_buf_len == 0;
             Open::encode_parts(out, id, s.kind, &target, &data, fin);
+            // The stream's starting window beyond the HELLO's initial one, granted right
+            // behind its OPEN on the same lane: no round trip (`credit`, "Starting windows").
+            // Nothing of the peer's direction has arrived yet, so all unreturned credit is
+            // that grant.
+            if let Some(increment) = s.recv.take_return(1) {
+                Window {
+                    stream: id,
+                    increment,
+                }
+                .encode(out);
+            }
             s.send.spend(n as u64);
             s.bytes_sent += n as u64;
             s.fin_sent = fin;

@@ -821,9 +821,24 @@ fn drained_and_reset_streams_release_their_buffers() {
     assert_eq!(p.edge.stream(ids[1]).unwrap().recv_memory, 0);
 }
 
-/// A Pair whose edge has measured a 50 ms round trip, with `n` streams opened.
+/// [`tuned`] with every stream starting at the 256 KiB floor (no starting-window budget):
+/// the tests of window growth start small whatever else the session holds.
+fn growing() -> Config {
+    Config {
+        initial_window_budget: 0,
+        ..tuned()
+    }
+}
+
+/// A Pair whose edge has measured a 50 ms round trip, with `n` streams opened, windows
+/// growing from the floor ([`growing`]).
 fn pair_with_rtt(n: usize) -> (Pair, Vec<u64>) {
-    let mut p = Pair::with(tuned(), tuned());
+    pair_with_rtt_cfg(n, growing())
+}
+
+/// [`pair_with_rtt`] with `c` on both sides.
+fn pair_with_rtt_cfg(n: usize, c: Config) -> (Pair, Vec<u64>) {
+    let mut p = Pair::with(c.clone(), c);
     p.edge.handle_timeout(p.t);
     let mut ping = Vec::new();
     p.edge.poll_transmit(p.e, usize::MAX, &mut ping);
@@ -921,7 +936,14 @@ proptest::proptest! {
     fn stream_credit_is_conserved_while_windows_grow(
         ops in proptest::collection::vec(tune_op(), 1..150),
     ) {
-        let (mut p, ids) = pair_with_rtt(4);
+        // A budget of two maximum windows: the first two streams start at the maximum (their
+        // grant behind the OPEN), the others at the floor and grow.
+        let c = Config { initial_window_budget: 2 * u64::from(tuned().stream_window), ..tuned() };
+        let (mut p, ids) = pair_with_rtt_cfg(4, c);
+        for (k, &id) in ids.iter().enumerate() {
+            let start = if k < 2 { tuned().stream_window } else { tuned().initial_window() };
+            proptest::prop_assert_eq!(p.remote.send_capacity(id) as u64, u64::from(start));
+        }
         let (initial, max) = (u64::from(tuned().initial_window()), u64::from(tuned().stream_window));
         let data = vec![5u8; 400_000];
         let mut buf = vec![0u8; 400_000];
@@ -947,12 +969,134 @@ proptest::proptest! {
                         );
                     }
                     assert_conserved(&p, u64::from(tuned().conn_window));
+                    let windows: u64 = p.edge.streams.values().map(|s| s.recv.window()).sum();
+                    proptest::prop_assert_eq!(p.edge.recv_committed(), windows);
                 }
             }
             let _ = p.edge_events();
             let _ = p.remote_events();
         }
     }
+}
+
+/// The defaults on the modelled `pacific` link (130 ms, 100 Mbit/s): floor 256 KiB, maximum
+/// 6.5 MB, starting-window budget 32 MiB.
+fn pacific() -> Config {
+    Config::for_link(Duration::from_millis(130), 100_000_000)
+}
+
+/// On a quiet session a new stream starts at its maximum window in both directions: the edge
+/// grants it in a WINDOW right behind the OPEN, the remote at accept, so each sender may write
+/// the whole maximum before any byte was read, with the HELLO still advertising the floor.
+#[test]
+fn a_stream_on_a_quiet_session_starts_at_its_maximum_window_without_a_round_trip() {
+    let c = pacific();
+    let max = u64::from(c.stream_window);
+    let mut p = Pair::with(c.clone(), c.clone());
+    let id = p.edge.open(Kind::Tunnel, "a:1", b"hi", false).unwrap();
+    let mut wire = Vec::new();
+    p.edge.poll_transmit(p.e, usize::MAX, &mut wire);
+    // OPEN, then the WINDOW granting the rest of the maximum, in one write.
+    let mut buf = BytesMut::from(&wire[..]);
+    let open = Frame::decode(&mut buf, 1 << 20).unwrap().unwrap();
+    assert!(
+        matches!(open, Frame::Open(ref o) if o.stream == id),
+        "{open:?}"
+    );
+    let grant = Frame::decode(&mut buf, 1 << 20).unwrap().unwrap();
+    assert_eq!(
+        grant,
+        Frame::Window(Window {
+            stream: id,
+            increment: (max - u64::from(c.initial_window())) as u32,
+        })
+    );
+    p.remote.handle_input(p.r, &wire, p.t);
+    p.shuttle();
+    let _ = p.remote_events();
+    assert_eq!(p.remote.send_capacity(id) as u64, max, "reply credit");
+    assert_eq!(
+        p.edge.send_capacity(id) as u64,
+        max - 2,
+        "upload credit, granted at accept"
+    );
+    assert_eq!(p.edge.stream(id).unwrap().recv_window, max);
+    assert_eq!(p.remote.stream(id).unwrap().recv_window, max);
+
+    // A request that ends with its OPEN gets no upload grant: the remote answers with nothing.
+    let get = p.edge.open(Kind::Http, "a:1", b"GET", true).unwrap();
+    let mut wire = Vec::new();
+    p.edge.poll_transmit(p.e, usize::MAX, &mut wire);
+    p.remote.handle_input(p.r, &wire, p.t);
+    let mut back = Vec::new();
+    p.remote.poll_transmit(p.r, usize::MAX, &mut back);
+    let mut buf = BytesMut::from(&back[..]);
+    while let Some(f) = Frame::decode(&mut buf, 1 << 20).unwrap() {
+        assert!(
+            !matches!(f, Frame::Window(ref w) if w.stream == get),
+            "{f:?}"
+        );
+    }
+    assert_eq!(
+        p.remote.send_capacity(get) as u64,
+        max,
+        "its reply still starts large"
+    );
+}
+
+/// The memory bound of starting windows: K = 200 streams opened one after another whose
+/// readers never read, each sent as much as its credit allows, commit (and buffer) at most
+/// `initial_window_budget + K × floor`; the first ones start at the maximum, those opened
+/// once the budget is used at the floor, and none grows.
+#[test]
+fn stalled_readers_opened_one_after_another_hold_at_most_the_budget_plus_a_floor_each() {
+    const K: usize = 200;
+    let c = pacific();
+    let (floor, max) = (u64::from(c.initial_window()), u64::from(c.stream_window));
+    let bound = c.initial_window_budget + K as u64 * floor;
+    let mut p = Pair::with(c.clone(), c.clone());
+    let data = vec![7u8; 1 << 20];
+    let mut ids = Vec::new();
+    for _ in 0..K {
+        let id = p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap();
+        p.shuttle();
+        let _ = p.remote_events();
+        while p.remote.send(id, &data).unwrap_or(0) > 0 {
+            p.shuttle();
+        }
+        p.t += Duration::from_millis(10);
+        ids.push(id);
+        let committed = p.edge.recv_committed();
+        let buffered: u64 = ids
+            .iter()
+            .map(|&i| p.edge.stream(i).unwrap().recv_buffered)
+            .sum();
+        assert!(
+            committed <= bound && buffered == committed,
+            "{} streams commit {committed}, buffer {buffered}, bound {bound}",
+            ids.len()
+        );
+    }
+    let windows: Vec<u64> = ids
+        .iter()
+        .map(|&i| p.edge.stream(i).unwrap().recv_window)
+        .collect();
+    let at_max = (c.initial_window_budget / max) as usize;
+    assert!(windows[..at_max].iter().all(|&w| w == max), "{windows:?}");
+    assert!(
+        windows[at_max + 1..].iter().all(|&w| w == floor),
+        "{windows:?}"
+    );
+    assert_eq!(windows.iter().sum::<u64>(), p.edge.recv_committed());
+    // Once they are gone, so is their commitment: the next stream starts at the maximum again.
+    for &id in &ids {
+        p.edge.reset(id, ErrorCode::CANCEL);
+        p.edge.release(id);
+    }
+    p.shuttle();
+    assert_eq!(p.edge.recv_committed(), 0);
+    let id = p.edge.open(Kind::Tunnel, "a:1", b"", false).unwrap();
+    assert_eq!(p.edge.stream(id).unwrap().recv_window, max);
 }
 
 /// An edge session with `n` Up lanes (a remote's HELLO fed on each) and `policy`.
