@@ -68,6 +68,7 @@ mod gate;
 mod queue;
 pub mod quic;
 pub mod rate;
+pub mod select;
 mod server;
 mod shared;
 mod stats;
