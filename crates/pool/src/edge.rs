@@ -9,16 +9,18 @@ use mux::{Kind, OpenError, Role, Session};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::auto::{AutoPool, Switches};
 use crate::backoff::Backoff;
 use crate::carrier::{Dialer, TcpDialer};
 use crate::config::PoolConfig;
 use crate::driver::run_lane;
 use crate::queue::{Attempt, OpenQueue};
 use crate::quic::{QuicOptions, QuicPool};
+use crate::select::CarrierKind;
 use crate::shared::Shared;
 use crate::stats::{collect, load, ConnStats, LaneState, PoolLoad};
 use crate::stream::MuxStream;
-use crate::tls::TlsClient;
+use crate::tls::{TlsClient, TlsDialer};
 use crate::PoolError;
 
 /// Edge side: a pool of N warm carrier connections to one remote proxy. Cheap to clone.
@@ -33,6 +35,8 @@ enum Mode {
     Mux(MuxPool),
     /// QUIC connections, one QUIC stream per mux stream.
     Quic(QuicPool),
+    /// `carrier = "auto"`: QUIC when it delivers, the TCP+TLS pool otherwise.
+    Auto(AutoPool),
 }
 
 #[derive(Clone)]
@@ -158,10 +162,47 @@ impl Pool {
         })
     }
 
+    /// Starts a pool for `carrier = "auto"` (module `select`): a TCP+TLS pool kept warm and a
+    /// QUIC pool, both authenticated with `tls`; new streams go to QUIC while it delivers and
+    /// to TCP when its handshake fails or it stalls, QUIC being retried with back-off.
+    pub fn start_auto(
+        cfg: PoolConfig,
+        tls: Arc<TlsClient>,
+        quic: QuicOptions,
+    ) -> Result<Pool, PoolError> {
+        let dialer = Arc::new(TlsDialer {
+            remote: cfg.remote.clone(),
+            opts: cfg.socket.clone(),
+            tls: tls.clone(),
+        });
+        let tcp = Pool::start_with_dialer(cfg.clone(), dialer)?;
+        Ok(Pool {
+            mode: Mode::Auto(AutoPool::start(cfg, tcp, tls, quic)?),
+        })
+    }
+
+    /// The carrier new streams go to now.
+    pub fn carrier(&self) -> CarrierKind {
+        match &self.mode {
+            Mode::Quic(_) => CarrierKind::Quic,
+            Mode::Mux(_) => CarrierKind::Tcp,
+            Mode::Auto(a) => a.carrier(),
+        }
+    }
+
+    /// Carrier switches since start, by (from, to); always empty but under `carrier = "auto"`.
+    pub fn carrier_switches(&self) -> Switches {
+        match &self.mode {
+            Mode::Auto(a) => a.switches(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Waits until at least one connection has completed HELLO, or `timeout` passes.
     pub async fn ready(&self, timeout: Duration) -> bool {
         let m = match &self.mode {
             Mode::Quic(q) => return q.ready(timeout).await,
+            Mode::Auto(a) => return a.ready(timeout).await,
             Mode::Mux(m) => m,
         };
         let wait = async {
@@ -197,6 +238,7 @@ impl Pool {
     ) -> Result<MuxStream, PoolError> {
         let m = match &self.mode {
             Mode::Quic(q) => return q.open(kind, target, first).await,
+            Mode::Auto(a) => return a.open(kind, target, first).await,
             Mode::Mux(m) => m,
         };
         let id = m
@@ -219,6 +261,7 @@ impl Pool {
     ) -> Result<MuxStream, PoolError> {
         let m = match &self.mode {
             Mode::Quic(q) => return q.try_open(kind, target, first).await,
+            Mode::Auto(a) => return a.try_open(kind, target, first).await,
             Mode::Mux(m) => m,
         };
         let id = m
@@ -232,6 +275,7 @@ impl Pool {
     pub fn open_waiting(&self) -> usize {
         match &self.mode {
             Mode::Quic(q) => q.open_waiting(),
+            Mode::Auto(a) => a.open_waiting(),
             Mode::Mux(m) => m.shared.open_queue.waiting(),
         }
     }
@@ -242,6 +286,7 @@ impl Pool {
     pub fn stream_limit(&self) -> usize {
         match &self.mode {
             Mode::Quic(q) => q.stream_limit(),
+            Mode::Auto(a) => a.stream_limit(),
             Mode::Mux(m) => m.shared.op(|i| i.session.stream_limit()) as usize,
         }
     }
@@ -250,6 +295,7 @@ impl Pool {
     pub fn stats(&self) -> Vec<ConnStats> {
         match &self.mode {
             Mode::Quic(q) => q.stats(),
+            Mode::Auto(a) => a.stats(),
             Mode::Mux(m) => {
                 let mut out = Vec::new();
                 m.shared.op(|i| collect(i, &mut out));
@@ -263,6 +309,7 @@ impl Pool {
     pub fn load(&self) -> PoolLoad {
         match &self.mode {
             Mode::Quic(q) => PoolLoad::from_stats(&q.stats()),
+            Mode::Auto(a) => a.load(),
             Mode::Mux(m) => m.shared.op(|i| load(i)),
         }
     }
@@ -271,13 +318,14 @@ impl Pool {
     pub fn session_id(&self) -> u64 {
         match &self.mode {
             Mode::Quic(q) => q.session_id(),
+            Mode::Auto(a) => a.session_id(),
             Mode::Mux(m) => m.shared.op(|i| i.session.session_id()),
         }
     }
 
-    /// Whether the pool runs over QUIC.
+    /// Whether new streams go over QUIC now.
     pub fn is_quic(&self) -> bool {
-        matches!(self.mode, Mode::Quic(_))
+        self.carrier() == CarrierKind::Quic
     }
 
     /// GOAWAY on every connection, waits (at most `grace`) for open streams to
@@ -285,6 +333,7 @@ impl Pool {
     pub async fn close(&self, grace: Duration) {
         let m = match &self.mode {
             Mode::Quic(q) => return q.close(grace).await,
+            Mode::Auto(a) => return a.close(grace).await,
             Mode::Mux(m) => m,
         };
         m.ctl.stop();

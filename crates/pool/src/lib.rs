@@ -59,6 +59,7 @@
 //! scheduling live in `mux`), no HTTP.
 #![forbid(unsafe_code)]
 
+mod auto;
 mod backoff;
 mod carrier;
 mod config;
@@ -75,6 +76,7 @@ mod stats;
 mod stream;
 pub mod tls;
 
+pub use auto::Switches;
 pub use backoff::Backoff;
 pub use carrier::{
     tune, Carrier, DialFuture, Dialer, PlainTcp, Probe, TcpCarrier, TcpDialer, TcpProbe, Upgrader,

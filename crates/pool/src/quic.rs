@@ -341,6 +341,9 @@ pub(crate) struct QConn {
     /// Edge side: the pool's queue of opens waiting for a stream slot, woken when a stream
     /// of this connection ends.
     queue: Option<Arc<OpenQueue>>,
+    /// Why this side closed the connection (`carrier = "auto"` abandoning QUIC), for the
+    /// errors of its streams.
+    closed_why: std::sync::OnceLock<String>,
 }
 
 impl QConn {
@@ -352,6 +355,7 @@ impl QConn {
             streams: AtomicU32::new(0),
             min_rtt_us: AtomicU64::new(u64::MAX),
             queue,
+            closed_why: std::sync::OnceLock::new(),
         })
     }
 
@@ -556,11 +560,13 @@ impl QuicStream {
     }
 
     fn lost(&self, e: &quinn::ConnectionError) -> io::Error {
-        self.error(
-            ErrorCode::CONNECTION_LOST,
-            self.received == 0,
-            &format!("the QUIC connection carrying it was lost ({e})"),
-        )
+        let why = match (e, self.conn.closed_why.get()) {
+            (quinn::ConnectionError::LocallyClosed, Some(why)) => {
+                format!("the QUIC connection carrying it was closed: {why}")
+            }
+            _ => format!("the QUIC connection carrying it was lost ({e})"),
+        };
+        self.error(ErrorCode::CONNECTION_LOST, self.received == 0, &why)
     }
 
     fn reset_by_peer(&self, v: VarInt) -> io::Error {
@@ -990,6 +996,41 @@ impl QuicPool {
         self.inner.session
     }
 
+    /// Connections up now, and whether any of them received a datagram since the previous
+    /// call with the same `prev` (per-connection datagram counts, updated here).
+    pub(crate) fn delivery(&self, prev: &mut HashMap<u64, u64>) -> (usize, bool) {
+        let mut up = 0;
+        let mut received = false;
+        let mut seen = HashMap::new();
+        for s in self.inner.slots().iter() {
+            let Some(c) = &s.conn else { continue };
+            if c.conn.close_reason().is_some() {
+                continue;
+            }
+            up += 1;
+            let rx = c.conn.stats().udp_rx.datagrams;
+            // A connection new since the last sample counts from its first datagram on.
+            if prev.get(&c.id()).is_some_and(|p| rx > *p) {
+                received = true;
+            }
+            seen.insert(c.id(), rx);
+        }
+        *prev = seen;
+        (up, received)
+    }
+
+    /// Stops re-dialing and closes every connection at once: their streams end with an error
+    /// that names `why` (retryable when nothing of the reply arrived).
+    pub(crate) fn abandon(&self, why: &str) {
+        self.inner.stop();
+        for s in self.inner.slots().iter() {
+            if let Some(c) = &s.conn {
+                let _ = c.closed_why.set(why.to_owned());
+                c.conn.close(code(ErrorCode::NO_ERROR), why.as_bytes());
+            }
+        }
+    }
+
     pub(crate) async fn close(&self, grace: Duration) {
         self.inner.stop();
         let idle = async {
@@ -1209,6 +1250,7 @@ impl QuicServer {
         cfg: ServerConfig,
         tls: Arc<TlsServer>,
         opts: QuicOptions,
+        gate: Option<HandshakeGate>,
     ) -> io::Result<QuicServer> {
         let bad = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
         cfg.mux.validate().map_err(|e| bad(e.to_string()))?;
@@ -1241,7 +1283,7 @@ impl QuicServer {
         let local_addr = endpoint.local_addr()?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (shutdown, _) = watch::channel(false);
-        let gate = cfg.handshake_gate();
+        let gate = gate.unwrap_or_else(|| cfg.handshake_gate());
         let inner = Arc::new(ServerInner {
             endpoint,
             local_addr,

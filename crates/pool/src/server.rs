@@ -37,6 +37,8 @@ pub struct Server {
 enum Mode {
     Mux(MuxServer),
     Quic(QuicServer),
+    /// `carrier = "auto"`: TCP+TLS and QUIC on the same port number, one handshake gate.
+    Auto(MuxServer, QuicServer),
 }
 
 /// The server over TCP carriers.
@@ -64,7 +66,8 @@ impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("local_addr", &self.local_addr())
-            .field("quic", &matches!(self.mode, Mode::Quic(_)))
+            .field("quic", &!matches!(self.mode, Mode::Mux(_)))
+            .field("tcp", &!matches!(self.mode, Mode::Quic(_)))
             .finish()
     }
 }
@@ -83,7 +86,7 @@ impl Server {
         upgrader: Arc<dyn Upgrader>,
     ) -> io::Result<Server> {
         Ok(Server {
-            mode: Mode::Mux(MuxServer::bind_with(addr, cfg, upgrader).await?),
+            mode: Mode::Mux(MuxServer::bind_with(addr, cfg, upgrader, None).await?),
         })
     }
 
@@ -98,14 +101,37 @@ impl Server {
         quic: QuicOptions,
     ) -> io::Result<Server> {
         Ok(Server {
-            mode: Mode::Quic(QuicServer::bind(addr, cfg, tls, quic).await?),
+            mode: Mode::Quic(QuicServer::bind(addr, cfg, tls, quic, None).await?),
+        })
+    }
+
+    /// `carrier = "auto"`: accepts TCP+TLS pool connections on TCP `addr` and QUIC ones on
+    /// UDP with the same port number (the TCP listener's, when `addr` asks for port 0), with
+    /// the same certificates (`tls`), configuration and handshake gate (`max_handshakes`
+    /// counts both). `max_connections` applies to each listener. A session is per carrier:
+    /// an edge's TCP and QUIC pools are two sessions, each stream lives in one.
+    pub async fn bind_auto(
+        addr: SocketAddr,
+        cfg: ServerConfig,
+        tls: Arc<TlsServer>,
+        quic: QuicOptions,
+    ) -> io::Result<Server> {
+        let gate = cfg.handshake_gate();
+        let up: Arc<dyn Upgrader> = tls.clone();
+        let tcp = MuxServer::bind_with(addr, cfg.clone(), up, Some(gate.clone())).await?;
+        let udp_addr = tcp.inner.local_addr;
+        let quic = QuicServer::bind(udp_addr, cfg, tls, quic, Some(gate))
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("QUIC on UDP {udp_addr}: {e}")))?;
+        Ok(Server {
+            mode: Mode::Auto(tcp, quic),
         })
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         match &self.mode {
-            Mode::Mux(m) => m.inner.local_addr,
+            Mode::Mux(m) | Mode::Auto(m, _) => m.inner.local_addr,
             Mode::Quic(q) => q.local_addr(),
         }
     }
@@ -115,6 +141,13 @@ impl Server {
         match &self.mode {
             Mode::Mux(m) => m.accept().await,
             Mode::Quic(q) => q.accept().await,
+            Mode::Auto(m, q) => {
+                // Both queues' receives are cancel-safe: the one not taken keeps its stream.
+                tokio::select! {
+                    i = m.accept() => i,
+                    i = q.accept() => i,
+                }
+            }
         }
     }
 
@@ -124,13 +157,17 @@ impl Server {
         match &self.mode {
             Mode::Mux(m) => m.shutdown(grace).await,
             Mode::Quic(q) => q.shutdown(grace).await,
+            Mode::Auto(m, q) => {
+                tokio::join!(m.shutdown(grace), q.shutdown(grace));
+            }
         }
     }
 
     /// Connections in their handshake now, and those refused since start, by reason.
     pub fn admission(&self) -> AdmissionStats {
         match &self.mode {
-            Mode::Mux(m) => m.inner.gate.stats(),
+            // One gate for both listeners under auto.
+            Mode::Mux(m) | Mode::Auto(m, _) => m.inner.gate.stats(),
             Mode::Quic(q) => q.admission(),
         }
     }
@@ -140,6 +177,11 @@ impl Server {
         match &self.mode {
             Mode::Mux(m) => m.stats(),
             Mode::Quic(q) => q.stats(),
+            Mode::Auto(m, q) => {
+                let mut v = m.stats();
+                v.extend(q.stats());
+                v
+            }
         }
     }
 }
@@ -149,6 +191,7 @@ impl MuxServer {
         addr: SocketAddr,
         cfg: ServerConfig,
         upgrader: Arc<dyn Upgrader>,
+        gate: Option<HandshakeGate>,
     ) -> io::Result<MuxServer> {
         cfg.mux
             .validate()
@@ -170,7 +213,7 @@ impl MuxServer {
         let (shutdown, _) = watch::channel(false);
         let inner = Arc::new(ServerInner {
             local_addr,
-            gate: cfg.handshake_gate(),
+            gate: gate.unwrap_or_else(|| cfg.handshake_gate()),
             cfg,
             upgrader,
             sessions: Mutex::new(HashMap::new()),
