@@ -59,12 +59,27 @@ pub enum PolicyName {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum CarrierName {
-    /// TCP (+ mutual TLS 1.3 off loopback): the default.
+    /// Both, chosen per remote (the default): QUIC while UDP gets through, TCP + mutual TLS
+    /// when the QUIC handshake fails or QUIC stops delivering, QUIC retried with back-off. The
+    /// remote listens on both (TCP and UDP, same port number). Without TLS files (development,
+    /// loopback) QUIC cannot run, so `auto` means TCP only.
     #[default]
+    Auto,
+    /// TCP (+ mutual TLS 1.3 off loopback).
     Tcp,
     /// QUIC (mutual TLS 1.3 built in, always required): one QUIC stream per request, so a lost
     /// packet delays only the streams whose data it carried.
     Quic,
+}
+
+impl CarrierName {
+    /// The carrier actually run with or without TLS files: `auto` without them is `tcp`.
+    pub fn effective(self, tls: bool) -> CarrierName {
+        match self {
+            CarrierName::Auto if !tls => CarrierName::Tcp,
+            c => c,
+        }
+    }
 }
 
 /// Default QUIC keep-alive period.
@@ -357,6 +372,9 @@ impl PoolSide {
             }
             quic.validate(&format!("{p}quic"), link)?;
         }
+        if carrier == CarrierName::Auto && tls.is_some() {
+            quic.validate(&format!("{p}quic"), link)?;
+        }
         match (tls, requires_tls) {
             (Some(t), _) => t.validate(&format!("{p}tls")),
             (None, Some(why)) => Err(format!(
@@ -431,6 +449,12 @@ mod tests {
             side.check_security(carrier, tls, &quic, &link, why.map(String::from))
         };
         assert!(check(CarrierName::Tcp, None, None).is_ok());
+        // auto without TLS files: TCP only (development), not an error.
+        assert!(check(CarrierName::Auto, None, None).is_ok());
+        assert!(check(CarrierName::Auto, Some(&tls), Some("far")).is_ok());
+        assert_eq!(CarrierName::Auto.effective(false), CarrierName::Tcp);
+        assert_eq!(CarrierName::Auto.effective(true), CarrierName::Auto);
+        assert_eq!(CarrierName::default(), CarrierName::Auto);
         assert!(check(CarrierName::Quic, Some(&tls), Some("far")).is_ok());
         let e = check(CarrierName::Quic, None, None).unwrap_err();
         assert!(

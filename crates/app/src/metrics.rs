@@ -68,6 +68,9 @@ impl MetricsConfig {
 pub type StatsSource = Arc<dyn Fn() -> Vec<pool::ConnStats> + Send + Sync>;
 /// Reads how many opens of one pool wait for a stream slot now (`Pool::open_waiting`).
 pub type WaitingSource = Arc<dyn Fn() -> usize + Send + Sync>;
+/// Reads an edge pool's carrier now and its switches since start (`Pool::carrier`,
+/// `Pool::carrier_switches`).
+pub type CarrierSource = Arc<dyn Fn() -> (pool::select::CarrierKind, pool::Switches) + Send + Sync>;
 /// Reads a remote's admission of pool connections (`Server::admission`).
 pub type AdmissionSource = Arc<dyn Fn() -> pool::AdmissionStats + Send + Sync>;
 
@@ -99,6 +102,10 @@ pub struct Metrics {
     stream_limit: Family<Labels1, Gauge>,
     /// Edge pools whose stream limit is read at scrape time.
     limits: Mutex<Vec<(String, WaitingSource)>>,
+    carrier: Family<[(&'static str, String); 2], Gauge>,
+    carrier_switches: Family<[(&'static str, String); 3], Counter>,
+    /// Edge pools whose carrier is read at scrape time.
+    carriers: Mutex<Vec<(String, CarrierSource)>>,
     handshakes_pending: Family<Labels1, Gauge>,
     refused: Family<[(&'static str, String); 2], Gauge>,
     /// `net.ipv4.tcp_slow_start_after_idle` at start (no series until [`crate::host::check`]
@@ -144,6 +151,9 @@ impl Metrics {
             open_waiting: Family::default(),
             stream_limit: Family::default(),
             limits: Mutex::new(Vec::new()),
+            carrier: Family::default(),
+            carrier_switches: Family::default(),
+            carriers: Mutex::new(Vec::new()),
             handshakes_pending: Family::default(),
             refused: Family::default(),
             host_slow_start_after_idle: Family::default(),
@@ -259,6 +269,17 @@ impl Metrics {
             m.stream_limit.clone(),
         );
         registry.register(
+            "pool_carrier",
+            "1 for the carrier (quic, tcp) new streams of the pool go to now, 0 for the other \
+             (edge; under carrier = \"auto\" it changes on a switch)",
+            m.carrier.clone(),
+        );
+        registry.register(
+            "pool_carrier_switches",
+            "Carrier switches of the pool since start, by from and to (edge, carrier = \"auto\")",
+            m.carrier_switches.clone(),
+        );
+        registry.register(
             "pool_handshakes_pending",
             "Pool connections in their TLS or QUIC handshake, before their HELLO (remote)",
             m.handshakes_pending.clone(),
@@ -291,6 +312,11 @@ impl Metrics {
     /// Reads the stream limit of `pool` at every scrape (labelled `pool="<name>"`).
     pub fn add_stream_limit(&self, name: impl Into<String>, source: WaitingSource) {
         add_source(&self.limits, name.into(), source);
+    }
+
+    /// Reads the carrier of edge pool `pool` at every scrape (labelled `pool="<name>"`).
+    pub fn add_carrier(&self, name: impl Into<String>, source: CarrierSource) {
+        add_source(&self.carriers, name.into(), source);
     }
 
     /// Reads the admission of the remote pool server `pool` at every scrape (labelled
@@ -341,6 +367,30 @@ impl Metrics {
         self.stream_limit.clear();
         set_per_pool(&self.limits, &self.stream_limit);
         set_per_pool(&self.waiting, &self.open_waiting);
+        self.carrier.clear();
+        for (name, source) in snapshot(&self.carriers) {
+            let (now, switches) = source();
+            for c in [
+                pool::select::CarrierKind::Quic,
+                pool::select::CarrierKind::Tcp,
+            ] {
+                self.carrier
+                    .get_or_create(&[("pool", name.clone()), ("carrier", c.name().into())])
+                    .set(i64::from(c == now));
+            }
+            // The pool counts; the counter follows (it never goes down).
+            for (from, to, n) in switches {
+                let c = self.carrier_switches.get_or_create(&[
+                    ("pool", name.clone()),
+                    ("from", from.name().into()),
+                    ("to", to.name().into()),
+                ]);
+                let cur = c.get();
+                if n > cur {
+                    c.inc_by(n - cur);
+                }
+            }
+        }
         for (name, source) in snapshot(&self.admission) {
             let a = source();
             let g = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -655,6 +705,39 @@ mod tests {
             "longhaul_pool_refused_connections{pool=\"admission-test\",reason=\"per-source\"} 7",
             "longhaul_pool_refused_connections{pool=\"admission-test\",reason=\"connections\"} 2",
             "longhaul_pool_refused_connections{pool=\"admission-test\",reason=\"handshakes\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn pool_carrier_and_switches_are_read_at_scrape_time() {
+        use pool::select::CarrierKind::{Quic, Tcp};
+        let n = Arc::new(std::sync::atomic::AtomicU64::new(1));
+        let m = n.clone();
+        global().add_carrier(
+            "carrier-test:4443",
+            Arc::new(move || {
+                let k = m.load(std::sync::atomic::Ordering::Relaxed);
+                let now = if k % 2 == 1 { Tcp } else { Quic };
+                (now, vec![(Quic, Tcp, k.div_ceil(2)), (Tcp, Quic, k / 2)])
+            }),
+        );
+        let text = global().render().await;
+        for line in [
+            "longhaul_pool_carrier{pool=\"carrier-test:4443\",carrier=\"tcp\"} 1",
+            "longhaul_pool_carrier{pool=\"carrier-test:4443\",carrier=\"quic\"} 0",
+            "longhaul_pool_carrier_switches_total{pool=\"carrier-test:4443\",from=\"quic\",to=\"tcp\"} 1",
+            "longhaul_pool_carrier_switches_total{pool=\"carrier-test:4443\",from=\"tcp\",to=\"quic\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+        n.store(4, std::sync::atomic::Ordering::Relaxed);
+        let text = global().render().await;
+        for line in [
+            "longhaul_pool_carrier{pool=\"carrier-test:4443\",carrier=\"quic\"} 1",
+            "longhaul_pool_carrier_switches_total{pool=\"carrier-test:4443\",from=\"quic\",to=\"tcp\"} 2",
+            "longhaul_pool_carrier_switches_total{pool=\"carrier-test:4443\",from=\"tcp\",to=\"quic\"} 2",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

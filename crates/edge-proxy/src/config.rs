@@ -117,9 +117,10 @@ pub struct PoolSection {
     /// Longest wait of one request for a stream slot before it gets 503 `pool-busy`.
     /// 0: no waiting.
     pub open_wait_ms: u64,
-    /// Transport of the pool connections: `tcp` or `quic` (needs `[pool.tls]`).
+    /// Transport of the pool connections: `auto` (the default: QUIC while UDP gets through,
+    /// TCP+TLS otherwise; TCP only without `[pool.tls]`), `tcp` or `quic` (needs `[pool.tls]`).
     pub carrier: CarrierName,
-    /// QUIC tuning (used when `carrier = "quic"`).
+    /// QUIC tuning (used when `carrier` is `quic` or `auto`).
     pub quic: QuicSection,
     /// Mutual TLS of pool connections; absent = plaintext TCP, allowed only while every
     /// address is loopback (see [`EdgeConfig::requires_tls`]).
@@ -138,7 +139,7 @@ impl Default for PoolSection {
             ready_timeout_ms: DEFAULT_READY_TIMEOUT_MS,
             open_queue: DEFAULT_OPEN_QUEUE,
             open_wait_ms: DEFAULT_OPEN_WAIT_MS,
-            carrier: CarrierName::Tcp,
+            carrier: CarrierName::Auto,
             quic: QuicSection::default(),
             tls: None,
         }

@@ -82,7 +82,9 @@ pub fn tls_client(cfg: &EdgeConfig) -> Result<Option<Arc<TlsClient>>, String> {
 }
 
 /// Starts the edge's pools, one per remote (`pool.remotes`, or the single `pool.remote`): QUIC
-/// when `pool.carrier = "quic"`, TLS over TCP when `tls` is given, plaintext TCP otherwise.
+/// when `pool.carrier = "quic"`, QUIC with a TCP+TLS fallback under `auto` (the default) when
+/// `tls` is given, TLS over TCP under `tcp` with `tls`, plaintext TCP without (`auto` included:
+/// QUIC always needs TLS).
 pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Remotes, PoolError> {
     let mut remotes = Vec::new();
     for name in cfg.pool.remote_list() {
@@ -90,12 +92,16 @@ pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Remot
             remote: name.clone(),
             ..pool_config(cfg)
         };
-        let pool = if cfg.pool.carrier == CarrierName::Quic {
+        let carrier = cfg.pool.carrier.effective(tls.is_some());
+        let pool = if carrier == CarrierName::Quic {
             let tls = tls.clone().ok_or_else(|| {
                 PoolError::Config("pool.carrier = \"quic\" needs [pool.tls]".into())
             })?;
             let quic = cfg.pool.quic.options(&cfg.link, &cfg.pool.congestion);
             Pool::start_quic(pc, tls, quic)?
+        } else if let (CarrierName::Auto, Some(tls)) = (carrier, &tls) {
+            let quic = cfg.pool.quic.options(&cfg.link, &cfg.pool.congestion);
+            Pool::start_auto(pc, tls.clone(), quic)?
         } else {
             match &tls {
                 Some(tls) => {

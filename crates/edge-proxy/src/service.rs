@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use app::config::CarrierName;
 use app::process::{KeyFiles, Reload};
 use tokio::net::TcpListener;
 
@@ -60,6 +61,11 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
         app::metrics::global().add_open_queue(r.name.clone(), Arc::new(move || p.open_waiting()));
         let p = r.pool.clone();
         app::metrics::global().add_stream_limit(r.name.clone(), Arc::new(move || p.stream_limit()));
+        let p = r.pool.clone();
+        app::metrics::global().add_carrier(
+            r.name.clone(),
+            Arc::new(move || (p.carrier(), p.carrier_switches())),
+        );
     }
     reload.spawn(tls.map(|t| t as Arc<dyn KeyFiles>), "[pool.tls]");
     tracing::info!(
@@ -68,9 +74,15 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
         remotes = ?cfg.pool.remote_list(),
         connections = cfg.pool.connections,
         tls = cfg.pool.tls.is_some(),
+        carrier = ?cfg.pool.carrier.effective(cfg.pool.tls.is_some()),
         mode = ?cfg.mode(),
         "edge-proxy starting"
     );
+    if cfg.pool.carrier == CarrierName::Auto && cfg.pool.tls.is_none() {
+        tracing::info!(
+            "carrier auto without [pool.tls]: TCP only (QUIC always needs TLS; development)"
+        );
+    }
     if pool
         .ready(Duration::from_millis(cfg.pool.ready_timeout_ms))
         .await

@@ -76,10 +76,11 @@ pub struct RemoteConfig {
     pub log_level: String,
     /// The long link (window sizing).
     pub link: LinkConfig,
-    /// Transport of the pool connections: `tcp` (TCP listener) or `quic` (UDP listener on the
-    /// same address; needs `[tls]`).
+    /// Transport of the pool connections: `auto` (the default: TCP and UDP listeners on the
+    /// same address, TCP only without `[tls]`), `tcp` (TCP listener) or `quic` (UDP listener;
+    /// needs `[tls]`).
     pub carrier: CarrierName,
-    /// QUIC tuning (used when `carrier = "quic"`).
+    /// QUIC tuning (used when `carrier` is `quic` or `auto`).
     pub quic: QuicSection,
     /// Mutual TLS of pool connections (`[tls]`: cert, key, ca); absent = plaintext TCP,
     /// allowed only on a loopback listen address (see [`RemoteConfig::requires_tls`]).
@@ -115,7 +116,7 @@ impl Default for RemoteConfig {
             log_format: LogFormat::Text,
             log_level: app::logging::DEFAULT_LOG_LEVEL.into(),
             link: LinkConfig::default(),
-            carrier: CarrierName::Tcp,
+            carrier: CarrierName::Auto,
             quic: QuicSection::default(),
             tls: None,
             metrics: app::metrics::MetricsConfig::default(),

@@ -1,7 +1,8 @@
 //! The remote as a running service: what `remote-proxy` does once its configuration is loaded.
 //!
-//! What it does: binds the pool listener (TCP, TCP+TLS or QUIC), starts the metrics endpoint
-//! and registers the server's gauges, checks the host's TCP settings ([`app::host::check`]), spawns the SIGHUP reload, tells systemd it is ready,
+//! What it does: binds the pool listener (TCP, TCP+TLS, QUIC, or TCP+TLS and QUIC under
+//! `auto`), starts the metrics endpoint and registers the server's gauges, checks the host's
+//! TCP settings ([`app::host::check`]), spawns the SIGHUP reload, tells systemd it is ready,
 //! serves the edges' streams ([`crate::pool_glue::run_shared`]) until SIGTERM or SIGINT, then
 //! drains.
 //!
@@ -40,6 +41,10 @@ pub async fn run(cfg: RemoteConfig, reload: Reload<RemoteConfig>) -> anyhow::Res
             let quic = cfg.quic.options(&cfg.link, &cfg.congestion);
             pool::Server::bind_quic(cfg.listen, server_config(&cfg), t.clone(), quic).await
         }
+        Some(t) if cfg.carrier == CarrierName::Auto => {
+            let quic = cfg.quic.options(&cfg.link, &cfg.congestion);
+            pool::Server::bind_auto(cfg.listen, server_config(&cfg), t.clone(), quic).await
+        }
         Some(t) => {
             let up: Arc<dyn pool::Upgrader> = t.clone();
             pool::Server::bind_with(cfg.listen, server_config(&cfg), up).await
@@ -62,13 +67,16 @@ pub async fn run(cfg: RemoteConfig, reload: Reload<RemoteConfig>) -> anyhow::Res
         listen = %server.local_addr(),
         mode = ?cfg.mode(),
         tls = cfg.tls.is_some(),
-        carrier = ?cfg.carrier,
+        carrier = ?cfg.carrier.effective(cfg.tls.is_some()),
         reply_policy = ?cfg.reply_policy,
         allow_private_targets = policy.allow_private,
         allowed_targets = ?policy.allowed_targets,
         static_hosts = policy.hosts.len(),
         "remote-proxy starting"
     );
+    if cfg.carrier == CarrierName::Auto && cfg.tls.is_none() {
+        tracing::info!("carrier auto without [tls]: TCP only (QUIC always needs TLS; development)");
+    }
     let ctx = Arc::new(Ctx::new(policy, cfg.settings()));
     app::notify::started(
         &format!("serving pool connections on {}", server.local_addr()),
