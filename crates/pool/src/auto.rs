@@ -3,8 +3,8 @@
 //!
 //! What it does: keeps a TCP+TLS pool warm (so a failover costs no handshake on the long
 //! link), dials a QUIC pool and lets [`crate::select::Selector`] decide where new streams go.
-//! A driver task samples the QUIC connections' received datagrams every few hundred
-//! milliseconds (the keep-alive PINGs make a sound idle path answer every
+//! A driver task samples the QUIC connections' acknowledgement progress (new RTT samples)
+//! every few hundred milliseconds (the keep-alive PINGs make a sound idle path answer every
 //! [`SelectorConfig::keep_alive`]), feeds the selector, and carries out its actions: a QUIC
 //! pool that fails its handshake or stalls is closed (its streams end with an error naming
 //! the reason, retryable when nothing of the reply arrived) and dialed again after the

@@ -996,8 +996,15 @@ impl QuicPool {
         self.inner.session
     }
 
-    /// Connections up now, and whether any of them received a datagram since the previous
-    /// call with the same `prev` (per-connection datagram counts, updated here).
+    /// Connections up now, and whether the peer acknowledged anything new on any of them
+    /// since the previous call with the same `prev` (per-connection state, updated here).
+    ///
+    /// The evidence is a new RTT sample (the smoothed RTT changed): quinn takes one only when
+    /// an ACK newly acknowledges our largest ack-eliciting packet (RFC 9002 §5.1), which needs
+    /// both directions to work. Merely receiving datagrams is not enough: with our direction
+    /// black-holed, the peer keeps sending its retransmission probes (with stale ACKs) for
+    /// seconds. An idle connection's keep-alive PINGs make a sound path answer every
+    /// keep-alive period; a busy one answers all the time.
     pub(crate) fn delivery(&self, prev: &mut HashMap<u64, u64>) -> (usize, bool) {
         let mut up = 0;
         let mut received = false;
@@ -1008,12 +1015,12 @@ impl QuicPool {
                 continue;
             }
             up += 1;
-            let rx = c.conn.stats().udp_rx.datagrams;
-            // A connection new since the last sample counts from its first datagram on.
-            if prev.get(&c.id()).is_some_and(|p| rx > *p) {
+            let rtt = u64::try_from(c.conn.stats().path.rtt.as_nanos()).unwrap_or(u64::MAX);
+            // A connection new since the last sample counts from its next sample on.
+            if prev.get(&c.id()).is_some_and(|p| rtt != *p) {
                 received = true;
             }
-            seen.insert(c.id(), rx);
+            seen.insert(c.id(), rtt);
         }
         *prev = seen;
         (up, received)

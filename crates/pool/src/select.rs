@@ -3,15 +3,16 @@
 //!
 //! What it does: QUIC is preferred. Inputs are the outcome of a QUIC attempt
 //! ([`Selector::quic_ready`], [`Selector::quic_failed`]), delivery progress of the QUIC
-//! connections ([`Selector::observe`]: whether any datagram arrived since the last sample) and
+//! connections ([`Selector::observe`]: whether the peer acknowledged anything new since the
+//! last sample) and
 //! time (every input carries `now`; [`Selector::poll_timeout`] says when the next timer fires,
 //! [`Selector::handle_timeout`] fires it). Outputs are [`Selector::carrier`] and
 //! [`Selector::poll_action`]: start a QUIC attempt, abandon QUIC (its connections are closed
 //! so their streams end with a reason), or a switch to log and count.
 //!
 //! - A QUIC attempt that is not up within [`SelectorConfig::handshake`] fails.
-//! - QUIC that receives nothing for [`SelectorConfig::stall`] while up is abandoned: stalled
-//!   (UDP black-holed or throttled by a middlebox).
+//! - QUIC whose packets go unacknowledged for [`SelectorConfig::stall`] while up is
+//!   abandoned: stalled (UDP black-holed, one way or both, or throttled by a middlebox).
 //! - After a failure new streams go to TCP and QUIC is tried again after a jittered
 //!   exponential back-off ([`crate::Backoff`], from [`SelectorConfig::probe_min`] to
 //!   [`SelectorConfig::probe_max`]).
@@ -69,7 +70,7 @@ pub const DEFAULT_STABLE: Duration = Duration::from_secs(60);
 pub struct SelectorConfig {
     /// A QUIC attempt not up within this fails.
     pub handshake: Duration,
-    /// QUIC up but receiving nothing for this long is stalled.
+    /// QUIC up but with nothing acknowledged for this long is stalled.
     pub stall: Duration,
     /// After a failure, QUIC must be up and delivering this long before it takes new streams.
     pub confirm: Duration,
@@ -144,7 +145,7 @@ pub enum Action {
 enum Phase {
     /// A QUIC attempt is under way since `since`.
     Dialing { since: Instant },
-    /// QUIC is up since `since`; the last datagram arrived at `last_rx`.
+    /// QUIC is up since `since`; the peer last acknowledged something new at `last_rx`.
     Up { since: Instant, last_rx: Instant },
     /// QUIC failed; the next attempt is at `at`.
     Waiting { at: Instant },
@@ -216,11 +217,11 @@ impl Selector {
         self.fail(now, reason.to_owned());
     }
 
-    /// A delivery sample while QUIC is up: `received` says whether any QUIC datagram arrived
-    /// since the previous sample.
-    pub fn observe(&mut self, now: Instant, received: bool) {
+    /// A delivery sample while QUIC is up: `acked` says whether the peer acknowledged
+    /// anything new since the previous sample.
+    pub fn observe(&mut self, now: Instant, acked: bool) {
         if let Phase::Up { since, last_rx } = &mut self.phase {
-            if received {
+            if acked {
                 *last_rx = now;
             }
             let (since, last_rx) = (*since, *last_rx);
@@ -267,7 +268,7 @@ impl Selector {
     fn check_up(&mut self, now: Instant, since: Instant, last_rx: Instant) {
         if now.saturating_duration_since(last_rx) >= self.cfg.stall {
             let why = format!(
-                "QUIC stalled: nothing received for {} ms",
+                "QUIC stalled: nothing acknowledged for {} ms",
                 now.saturating_duration_since(last_rx).as_millis()
             );
             self.fail(now, why);
