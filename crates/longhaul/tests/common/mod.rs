@@ -121,12 +121,14 @@ pub struct Pair {
     pub dir: tempfile::TempDir,
 }
 
-/// The pool carrier the pair tests run over: `LONGHAUL_TEST_CARRIER=quic` runs them over QUIC
-/// (with keys from `gen-keys`), anything else or unset over plaintext TCP. The test command
-/// runs the end-to-end suite once per carrier.
+/// The pool carrier the pair tests run over: `LONGHAUL_TEST_CARRIER=quic` runs them over QUIC,
+/// `auto` over the default carrier with TLS (QUIC, TCP+TLS kept as the fallback; both with keys
+/// from `gen-keys`), anything else or unset over plaintext TCP. The test command runs the
+/// end-to-end suite once per carrier.
 pub fn test_carrier() -> &'static str {
     match std::env::var("LONGHAUL_TEST_CARRIER").as_deref() {
         Ok("quic") => "quic",
+        Ok("auto") => "auto",
         _ => "tcp",
     }
 }
@@ -158,7 +160,7 @@ pub fn wait_log(p: &Proc, needle: &str) {
 /// `edge_args` added), over the carrier of [`test_carrier`].
 pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
     let dir = tempfile::tempdir().unwrap();
-    let quic = test_carrier() == "quic";
+    let quic = test_carrier() != "tcp";
     let rport = if quic {
         std::net::UdpSocket::bind("127.0.0.1:0")
             .unwrap()
@@ -178,7 +180,7 @@ pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
         gen_keys(&keys);
         carrier_args = vec![
             "--carrier".to_string(),
-            "quic".into(),
+            test_carrier().into(),
             "--tls-dir".into(),
             keys.to_string_lossy().into(),
         ];
