@@ -43,6 +43,33 @@ fn wait_log(what: &str, log: impl Fn() -> String, needle: &str) -> String {
 }
 
 #[test]
+fn auto_edge_against_a_tcp_only_remote_works_over_tcp() {
+    if test_carrier() != "tcp" {
+        return;
+    }
+    // A remote of an older release: TCP+TLS only (start_pair gives it `--carrier tcp`).
+    let keys = tempfile::tempdir().unwrap();
+    let k = keys.path();
+    gen_keys(k);
+    let origin = start_nginx(&[("small", 1000)]);
+    let tls_dir = k.to_str().unwrap();
+    let pair = start_pair(
+        &remote_tls_toml(k, &[k]),
+        &["--tls-dir", tls_dir, "--carrier", "auto"],
+    );
+    let url = format!("http://127.0.0.1:{}/small", origin.http);
+    let proxy = format!("http://{}", pair.edge_addr);
+    let o = curl(&["-x", &proxy, "-o", "/dev/null", "-w", "%{http_code}", &url]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "200");
+    // Its QUIC handshake fails within the bound (2 s at least): TCP is the choice.
+    let log = wait_log("edge", || pair.edge.log_text(), "carrier chosen");
+    assert!(log.contains("carrier=tcp"), "{log}");
+    let o = curl(&["-x", &proxy, "-o", "/dev/null", "-w", "%{http_code}", &url]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "200");
+    assert!(!pair.edge.log_text().contains("carrier switch"));
+}
+
+#[test]
 fn curl_through_a_mutual_tls_pool() {
     let keys = tempfile::tempdir().unwrap();
     let k = keys.path();

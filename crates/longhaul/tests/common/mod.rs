@@ -185,6 +185,10 @@ pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
             keys.to_string_lossy().into(),
         ];
     }
+    if !quic {
+        // The default is auto (QUIC with TLS files); these tests are about TCP (+TLS).
+        carrier_args = vec!["--carrier".to_string(), "tcp".into()];
+    }
     rargs.extend(carrier_args.iter().cloned());
     if !remote_toml.is_empty() {
         let p = dir.path().join("remote.toml");
@@ -209,7 +213,9 @@ pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
         "--connect-ports".into(),
         "any".into(),
     ];
-    eargs.extend(carrier_args);
+    if !edge_args.contains(&"--carrier") {
+        eargs.extend(carrier_args);
+    }
     if quic && !edge_args.contains(&"--config") {
         // A lost QUIC peer shows only as silence: a short idle timeout makes the tests that
         // kill the remote see it within seconds (the default is 30 s).
