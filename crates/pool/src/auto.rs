@@ -223,11 +223,16 @@ impl AutoPool {
         }
     }
 
-    /// Both carriers' connections: TCP first, then QUIC's while a QUIC pool exists.
+    /// Both carriers' connections: TCP's slots 0..N, then QUIC's (while a QUIC pool exists)
+    /// numbered N..2N, so no two entries share a slot.
     pub(crate) fn stats(&self) -> Vec<ConnStats> {
         let mut v = self.inner.tcp.stats();
+        let n = v.len();
         if let Some(q) = self.inner.state().quic.clone() {
-            v.extend(q.stats());
+            v.extend(q.stats().into_iter().map(|mut s| {
+                s.slot = s.slot.map(|k| k + n);
+                s
+            }));
         }
         v
     }

@@ -180,6 +180,12 @@ async fn auto_falls_back_to_tcp_when_udp_goes_dark_and_returns_to_quic() {
     wait_carrier(&pool, CarrierKind::Quic, Duration::from_secs(5)).await;
     echo(&pool, 1).await.unwrap();
     assert!(pool.carrier_switches().is_empty());
+    // Both pools' connections, TCP's slots first, QUIC's after them.
+    let st = pool.stats();
+    let slots: Vec<_> = st.iter().map(|s| s.slot).collect();
+    assert_eq!(slots, [Some(0), Some(1), Some(2), Some(3)]);
+    assert!(st[..2].iter().all(|s| s.quic.is_none()));
+    assert!(st[2..].iter().all(|s| s.quic.is_some()));
     // UDP goes dark; a stream in flight on QUIC ends with a reason, never hangs.
     let inflight = pool
         .open(Kind::Tunnel, "echo:1", Bytes::new())
