@@ -21,7 +21,7 @@
 //!   after QUIC has carried the pool for [`SelectorConfig::stable`], so a path that works for
 //!   a few seconds and then stalls again is tried less and less often instead of flapping.
 //!
-//! What it does NOT do: no I/O, no clock, no sockets (the edge pool's driver in `edge.rs`
+//! What it does NOT do: no I/O, no clock, no sockets (the driver in `auto.rs`
 //! feeds it), and it does not move streams between carriers.
 
 use std::collections::VecDeque;
