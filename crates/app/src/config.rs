@@ -316,11 +316,14 @@ pub fn check_congestion(key: &str, value: &str, carrier: CarrierName) -> Result<
     if !CONGESTION_CONTROLS.contains(&value) {
         return Err(format!("{key} {value:?} must be bbr, cubic, reno or rate"));
     }
-    if value == RATE_CONGESTION && carrier == CarrierName::Tcp {
+    // Under `auto` the same setting also drives the TCP+TLS fallback, which only has the
+    // kernel's controllers.
+    if value == RATE_CONGESTION && carrier != CarrierName::Quic {
         let prefix = key.strip_suffix("congestion").unwrap_or_default();
         return Err(format!(
             "{key} \"rate\" needs {prefix}carrier = \"quic\": it is a QUIC controller (the TCP \
-             carrier uses the kernel's bbr, cubic or reno)"
+             carrier, and the TCP+TLS fallback of carrier = \"auto\", use the kernel's bbr, cubic \
+             or reno)"
         ));
     }
     Ok(())
@@ -411,6 +414,7 @@ mod tests {
             Err("pool.congestion \"vegas\" must be bbr, cubic, reno or rate".into())
         );
         assert!(check_congestion("pool.congestion", "rate", CarrierName::Quic).is_ok());
+        assert!(check_congestion("pool.congestion", "rate", CarrierName::Auto).is_err());
         let e = check_congestion("pool.congestion", "rate", CarrierName::Tcp).unwrap_err();
         assert!(
             e.starts_with("pool.congestion \"rate\" needs pool.carrier = \"quic\""),
