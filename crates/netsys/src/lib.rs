@@ -27,6 +27,9 @@
 //!   (`pthread_sigmask`, `sigwaitinfo`, `kill`) for command-line tools that must tear down
 //!   on Ctrl-C.
 //!
+//! * [`raise_open_files_limit`]: raises the soft `RLIMIT_NOFILE` (at most to the hard
+//!   limit), for tests and benchmarks that hold many connections.
+//!
 //! * [`release_free_heap`]: `malloc_trim(0)` (glibc), hands memory the allocator holds free
 //!   back to the kernel (a proxy whose connections ended keeps no idle resident memory).
 //!
@@ -328,6 +331,25 @@ pub fn dup(fd: impl AsFd) -> io::Result<OwnedFd> {
     let new = check(unsafe { libc::dup(fd.as_fd().as_raw_fd()) })?;
     // SAFETY: `new` is a fresh descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Raises the soft limit on open files (`RLIMIT_NOFILE`) of the process to at least `want`,
+/// capped at the hard limit; never lowers it. Returns the soft limit now in force. Child
+/// processes started afterwards inherit it.
+pub fn raise_open_files_limit(want: u64) -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` writes one `rlimit` into the live local `lim`.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    let target = want.min(lim.rlim_max);
+    if target > lim.rlim_cur {
+        lim.rlim_cur = target;
+        // SAFETY: `setrlimit` reads one `rlimit` from the live local `lim`.
+        check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
+    }
+    Ok(lim.rlim_cur)
 }
 
 /// Moves the calling thread into a new, empty network namespace (`unshare(CLONE_NEWNET)`).
