@@ -20,7 +20,7 @@
 //! It does NOT know about the pool: streams come from a [`Transport`].
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ use ipnet::IpNet;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::errors::{answer, EdgeError};
 use crate::transport::{FarFailure, StreamKind, Transport};
@@ -124,50 +124,141 @@ pub async fn serve<T: Transport>(
         .iter()
         .any(|n| n.contains(&peer.ip()))
     {
-        let err = EdgeError::ForbiddenClient(peer.ip());
-        let record = Access::new(Peer::Client(peer), "-", "-", Instant::now());
-        if matches!(entry, Entry::Explicit) {
-            let mut sock = sock;
-            answer(&mut sock, &err, record).await;
-            drain_and_close(&mut sock).await;
-        } else {
-            // Intercepted: the client did not address a proxy, so it gets no proxy's answer.
-            record.failed(err.tag(), err.to_string()).log();
-        }
+        Box::pin(refuse_client(sock, peer, entry)).await;
         return;
     }
     if let Entry::Transparent { orig } = entry {
         if !ctx.settings.transparent_http_ports.contains(&orig.port()) {
-            tunnel::intercepted(&ctx, sock, peer, orig).await;
+            Box::pin(tunnel::intercepted(&ctx, sock, peer, orig)).await;
             return;
         }
     }
-    // Borrowed halves: the socket itself is closed here, after both sides are done, so an
-    // aborted reply ends with a reset and never with a clean FIN.
+    let s = &ctx.settings;
     let mut sock = sock;
-    let linger = {
-        let (rd, wr) = sock.split();
-        let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
-        let cause = Arc::new(OnceLock::new());
-        let reader = read_requests(&ctx, rd, tx, peer, entry, &cause);
-        let writer = write_replies(&ctx, wr, rx, peer, &cause);
-        tokio::pin!(reader, writer);
-        tokio::select! {
-            r = &mut reader => match r {
-                // Requests are all read: finish the queued replies.
-                Ok(()) => writer.await == End::Closed,
-                // On a client read failure, dropping the writer drops every stream (reset),
-                // and each request still in flight is logged with the cause.
-                Err(why) => {
-                    let _ = cause.set(Ending::client(why));
-                    false
-                }
-            },
-            end = &mut writer => end == End::Closed,
+    let mut draining = ctx.draining.clone();
+    // A new connection must send its first byte within the header timeout (a connection that
+    // never sends anything would otherwise hold a slot for the whole idle timeout); between
+    // requests of a keep-alive connection the idle timeout applies.
+    let mut wait = s.header_timeout.min(s.idle_timeout);
+    let mut until = tokio::time::Instant::now() + wait;
+    loop {
+        // Idle, with nothing read and no reply owed: the connection holds no buffer and no
+        // request state until the client sends again (as nginx's keep-alive state does).
+        if *draining.borrow() {
+            break;
         }
-    };
-    if linger {
+        // Peeking (not `readable`, whose readiness may be stale) waits for a byte, the end of
+        // the stream or an error; the session's first read then reports what it found.
+        let mut byte = [0u8; 1];
+        let ready = tokio::select! {
+            r = tokio::time::timeout_at(until, sock.peek(&mut byte)) => r,
+            _ = draining.changed() => break,
+        };
+        if ready.is_err() {
+            tracing::debug!(%peer, wait_ms = wait.as_millis() as u64, "idle client connection closed");
+            break;
+        }
+        match Box::pin(session(&ctx, &mut sock, peer, entry, wait, until)).await {
+            Session::Idle { wait: w, until: u } => {
+                wait = w;
+                until = u;
+            }
+            Session::Closed { linger } => {
+                if linger {
+                    drain_and_close(&mut sock).await;
+                }
+                return;
+            }
+        }
+    }
+    // Idle timeout or drain with nothing owed: close as the writer does after the last reply.
+    drain_and_close(&mut sock).await;
+}
+
+/// Answers a client outside `allowed_clients` (explicit) or just closes (intercepted: the
+/// client did not address a proxy, so it gets no proxy's answer), with an access-log line.
+async fn refuse_client(mut sock: TcpStream, peer: SocketAddr, entry: Entry) {
+    let err = EdgeError::ForbiddenClient(peer.ip());
+    let record = Access::new(Peer::Client(peer), "-", "-", Instant::now());
+    if matches!(entry, Entry::Explicit) {
+        answer(&mut sock, &err, record).await;
         drain_and_close(&mut sock).await;
+    } else {
+        record.failed(err.tag(), err.to_string()).log();
+    }
+}
+
+/// How a session (the requests of a connection from one idle period to the next) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Session {
+    /// Everything read was answered and nothing more has arrived: the connection is idle
+    /// again, with `wait` as its idle timeout, ending at `until`.
+    Idle {
+        wait: Duration,
+        until: tokio::time::Instant,
+    },
+    /// The connection is done; `linger`: wait for the client's close ([`drain_and_close`]).
+    Closed { linger: bool },
+}
+
+/// Replies owed on a session: requests handed to the writer whose reply is not yet written.
+/// The reader ends the session as idle only when it has nothing buffered and none is owed.
+#[derive(Default)]
+struct Owed {
+    count: AtomicUsize,
+    /// Signalled when `count` drops to zero.
+    settled: Notify,
+}
+
+impl Owed {
+    fn add(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn done(&self) {
+        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.settled.notify_one();
+        }
+    }
+
+    fn none(&self) -> bool {
+        self.count.load(Ordering::Acquire) == 0
+    }
+}
+
+/// Serves requests on a readable connection until it is idle again or done. Its buffers, the
+/// reader and writer and their queue exist only while it runs.
+async fn session<T: Transport>(
+    ctx: &Ctx<T>,
+    sock: &mut TcpStream,
+    peer: SocketAddr,
+    entry: Entry,
+    wait: Duration,
+    until: tokio::time::Instant,
+) -> Session {
+    // Borrowed halves: the socket itself is closed by `serve`, after both sides are done, so
+    // an aborted reply ends with a reset and never with a clean FIN.
+    let (rd, wr) = sock.split();
+    let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
+    let cause = Arc::new(OnceLock::new());
+    let owed = Owed::default();
+    let reader = read_requests(ctx, rd, tx, peer, entry, &cause, &owed, wait, until);
+    let writer = write_replies(ctx, wr, rx, peer, &cause, &owed);
+    tokio::pin!(reader, writer);
+    tokio::select! {
+        r = &mut reader => match r {
+            // Nothing owed: the writer waits for a next reply that will not come in this session.
+            Ok(Read::Idle { wait, until }) => Session::Idle { wait, until },
+            // Requests are all read: finish the queued replies.
+            Ok(Read::Done) => Session::Closed { linger: writer.await == End::Closed },
+            // On a client read failure, dropping the writer drops every stream (reset),
+            // and each request still in flight is logged with the cause.
+            Err(why) => {
+                let _ = cause.set(Ending::client(why));
+                Session::Closed { linger: false }
+            }
+        },
+        end = &mut writer => Session::Closed { linger: end == End::Closed },
     }
 }
 
@@ -544,8 +635,22 @@ fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
     })
 }
 
-/// Reads requests until the client closes, asks to close, errs, or the edge drains.
-/// Err means the client connection closed or broke (everything in flight is abandoned).
+/// How the reader of a session ended without a client failure.
+enum Read {
+    /// No request pending and none owed a reply: the session ends, the connection is idle.
+    Idle {
+        wait: Duration,
+        until: tokio::time::Instant,
+    },
+    /// No more requests are read on this connection: the queued replies finish, then it closes.
+    Done,
+}
+
+/// Reads requests until the connection is idle with nothing owed, the client closes, asks to
+/// close or errs, or the edge drains. `wait` is the idle timeout of the idle period the session
+/// started in, ending at `until`. Err means the client connection closed or broke (everything
+/// in flight is abandoned).
+#[allow(clippy::too_many_arguments)]
 async fn read_requests<'a, T: Transport>(
     ctx: &Ctx<T>,
     mut rd: TcpReadHalf<'a>,
@@ -553,16 +658,17 @@ async fn read_requests<'a, T: Transport>(
     peer: SocketAddr,
     entry: Entry,
     cause: &Arc<OnceLock<Ending>>,
-) -> Result<(), String> {
+    owed: &Owed,
+    mut wait: Duration,
+    until: tokio::time::Instant,
+) -> Result<Read, String> {
     let s = &ctx.settings;
     let mut buf = BytesMut::with_capacity(8192);
     let mut draining = ctx.draining.clone();
-    // A new connection must send its first byte within the header timeout (a connection that
-    // never sends anything would otherwise hold a slot for the whole idle timeout); between
-    // requests of a keep-alive connection the idle timeout applies.
-    let mut wait = s.header_timeout.min(s.idle_timeout);
     // When the current idle period ends; empty lines do not extend it.
-    let mut idle_until: Option<tokio::time::Instant> = None;
+    let mut idle_until = Some(until);
+    // The session starts because the connection became readable: read before going idle.
+    let mut fresh = true;
     loop {
         // Empty lines before a request line are ignored (RFC 9112 §2.2; some clients send an
         // extra CRLF after a body). They do not start a request, so the connection stays idle
@@ -575,25 +681,32 @@ async fn read_requests<'a, T: Transport>(
             let _ = buf.split_to(blank);
         }
         if *draining.borrow() && buf.is_empty() {
-            return Ok(());
+            return Ok(Read::Done);
         }
         if buf.is_empty() {
             // Between requests: the idle timeout runs until the next request's first byte.
             let until = *idle_until.get_or_insert_with(|| tokio::time::Instant::now() + wait);
+            if !fresh && owed.none() {
+                return Ok(Read::Idle { wait, until });
+            }
             let first = tokio::select! {
                 r = tokio::time::timeout_at(until, rd.read_buf(&mut buf)) => r,
-                _ = draining.changed() => return Ok(()),
+                _ = draining.changed() => return Ok(Read::Done),
+                // The last reply owed was written: the session can end.
+                _ = owed.settled.notified(), if !fresh => continue,
             };
+            fresh = false;
             match first {
                 Err(_) => {
                     tracing::debug!(%peer, wait_ms = wait.as_millis() as u64, "idle client connection closed");
-                    return Ok(());
+                    return Ok(Read::Done);
                 }
                 Ok(Ok(0)) => return Err("the client closed the connection".into()),
                 Ok(Err(e)) => return Err(format!("client read failed: {e}")),
                 Ok(Ok(_)) => continue,
             }
         }
+        fresh = false;
         idle_until = None;
         wait = s.idle_timeout;
         let started = Instant::now();
@@ -618,7 +731,7 @@ async fn read_requests<'a, T: Transport>(
                         started,
                     })
                     .await;
-                return Ok(());
+                return Ok(Read::Done);
             }
             Ok(Ok(Some(h))) => h,
             // The client closed its side: like Squid (half_closed_clients off) and nginx, that
@@ -634,7 +747,7 @@ async fn read_requests<'a, T: Transport>(
                         started,
                     })
                     .await;
-                return Ok(());
+                return Ok(Read::Done);
             }
         };
         if head.method == "CONNECT" && matches!(entry, Entry::Explicit) {
@@ -646,7 +759,7 @@ async fn read_requests<'a, T: Transport>(
                     started,
                 })
                 .await;
-            return Ok(());
+            return Ok(Read::Done);
         }
         let prep = match prepare(&head, entry) {
             Ok(p) => p,
@@ -659,7 +772,7 @@ async fn read_requests<'a, T: Transport>(
                         started,
                     })
                     .await;
-                return Ok(());
+                return Ok(Read::Done);
             }
         };
         if let Some(reply) = prep.local {
@@ -682,8 +795,9 @@ async fn read_requests<'a, T: Transport>(
                 close: prep.close,
                 started,
             };
+            owed.add();
             if tx.send(local).await.is_err() || prep.close {
-                return Ok(());
+                return Ok(Read::Done);
             }
             continue;
         }
@@ -705,7 +819,7 @@ async fn read_requests<'a, T: Transport>(
                         started,
                     })
                     .await;
-                return Ok(());
+                return Ok(Read::Done);
             }
         };
         let (srd, mut swr) = tokio::io::split(stream);
@@ -756,15 +870,16 @@ async fn read_requests<'a, T: Transport>(
                     buf,
                 })
                 .await;
-            return Ok(());
+            return Ok(Read::Done);
         }
+        owed.add();
         if tx.send(Pending::Reply(Box::new(job))).await.is_err() {
-            return Ok(()); // writer finished (it closes the connection)
+            return Ok(Read::Done); // writer finished (it closes the connection)
         }
         if !whole {
             if let Some(rx) = continue_rx {
                 if rx.await.is_err() {
-                    return Ok(());
+                    return Ok(Read::Done);
                 }
             }
             let out = match prep.body {
@@ -782,7 +897,7 @@ async fn read_requests<'a, T: Transport>(
                     if let Some(tx) = bad_body_tx {
                         let _ = tx.send(format!("invalid request body framing: {e}"));
                     }
-                    return Ok(());
+                    return Ok(Read::Done);
                 }
                 // A client that stops mid-body broke its connection.
                 Err(CopyError::Read(e)) => {
@@ -793,13 +908,13 @@ async fn read_requests<'a, T: Transport>(
                 // body cannot be skipped reliably, so stop reading requests.
                 Err(CopyError::Write(e)) => {
                     tracing::debug!(%peer, error = %e, "stream failed during request body");
-                    return Ok(());
+                    return Ok(Read::Done);
                 }
             }
         }
         let _ = swr.shutdown().await;
         if prep.close {
-            return Ok(());
+            return Ok(Read::Done);
         }
     }
 }
@@ -811,7 +926,7 @@ async fn body_failed<S>(
     e: CopyError,
     head: RequestHead,
     started: Instant,
-) -> Result<(), String> {
+) -> Result<Read, String> {
     match e {
         CopyError::Read(e) if e.kind() == std::io::ErrorKind::InvalidData => {
             let _ = tx
@@ -822,7 +937,7 @@ async fn body_failed<S>(
                     started,
                 })
                 .await;
-            Ok(())
+            Ok(Read::Done)
         }
         e => Err(format!("client request body failed: {e}")),
     }
@@ -843,6 +958,7 @@ async fn write_replies<T: Transport>(
     mut rx: mpsc::Receiver<Pending<'_, T::Stream>>,
     peer: SocketAddr,
     cause: &OnceLock<Ending>,
+    owed: &Owed,
 ) -> End {
     let answered = |status: u16| {
         Ending::earlier(&format!(
@@ -1011,6 +1127,8 @@ async fn write_replies<T: Transport>(
                 }
             }
         }
+        // The reply owed for this item is written and the connection stays open.
+        owed.done();
     }
     let _ = wr.shutdown().await;
     End::Closed

@@ -600,3 +600,53 @@ async fn http10_client_gets_a_close_delimited_body() {
     assert!(head.contains("connection: close"), "{head}");
     assert_eq!(&all[split..], &pattern(5000)[..]);
 }
+
+/// A keep-alive connection goes idle between requests (the edge then holds no request state
+/// for it) and comes back for each: a request sent while an earlier reply is still owed is
+/// taken at once and answered after it, a head arriving in pieces after an idle period is
+/// read whole, and the idle timeout still closes the connection.
+#[tokio::test]
+async fn keep_alive_connection_idles_between_requests() {
+    let p = pair_with(0, true, |s| s.idle_timeout = Duration::from_secs(2)).await;
+    let o = p.origin;
+    let mut c = TcpStream::connect(p.edge).await.unwrap();
+    let mut buf = BytesMut::new();
+    // A reply larger than the sockets hold, not read yet: it is still owed when the second
+    // request goes out.
+    c.write_all(format!("GET http://{o}/len/8000000 HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    c.write_all(format!("GET http://{o}/len/7 HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!((h.status, b.len()), (200, 8_000_000));
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!((h.status, b), (200, pattern(7)));
+    // Idle, then a head in two pieces.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.write_all(b"GET http://").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.write_all(format!("{o}/len/9 HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!((h.status, b), (200, pattern(9)));
+    // Idle again, then two pipelined requests in one write.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.write_all(
+        format!("GET http://{o}/len/1 HTTP/1.1\r\n\r\nGET http://{o}/len/2 HTTP/1.1\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!((h.status, b), (200, pattern(1)));
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!((h.status, b), (200, pattern(2)));
+    // The idle timeout closes it (FIN, nothing more sent).
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut rest)).await;
+    assert!(matches!(closed, Ok(Ok(0))), "{closed:?} {rest:?}");
+}
