@@ -2,6 +2,8 @@
 //! every datagram), QUIC again once it delivers; an edge against a remote that only listens on
 //! TCP (an older release) carries everything over TCP.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,38 +106,7 @@ impl Relay {
             }
         });
         let udp_on = Arc::new(AtomicBool::new(true));
-        let f = udp_on.clone();
-        tokio::spawn(async move {
-            let mut ups: std::collections::HashMap<SocketAddr, Arc<UdpSocket>> = Default::default();
-            let mut buf = vec![0u8; 65536];
-            loop {
-                let Ok((n, from)) = sock.recv_from(&mut buf).await else {
-                    return;
-                };
-                if !f.load(Ordering::Relaxed) {
-                    continue;
-                }
-                let up = match ups.get(&from) {
-                    Some(u) => u.clone(),
-                    None => {
-                        let u = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
-                        u.connect(to).await.unwrap();
-                        let (u2, s2, f2) = (u.clone(), sock.clone(), f.clone());
-                        tokio::spawn(async move {
-                            let mut b = vec![0u8; 65536];
-                            while let Ok(n) = u2.recv(&mut b).await {
-                                if f2.load(Ordering::Relaxed) {
-                                    let _ = s2.send_to(&b[..n], from).await;
-                                }
-                            }
-                        });
-                        ups.insert(from, u.clone());
-                        u
-                    }
-                };
-                let _ = up.send(&buf[..n]).await;
-            }
-        });
+        common::relay_udp(sock, to, udp_on.clone());
         Relay { addr, udp_on }
     }
 }

@@ -2,6 +2,8 @@
 //! both ways, mutual TLS refusal, connection loss (retryable resets and
 //! re-dial) and a black-holed path detected by the idle timeout.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -293,39 +295,7 @@ impl Relay {
         let sock = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
         let addr = sock.local_addr().unwrap();
         let forward = Arc::new(AtomicBool::new(true));
-        let f = forward.clone();
-        tokio::spawn(async move {
-            // One upstream socket per client address.
-            let mut ups: std::collections::HashMap<SocketAddr, Arc<UdpSocket>> = Default::default();
-            let mut buf = vec![0u8; 65536];
-            loop {
-                let Ok((n, from)) = sock.recv_from(&mut buf).await else {
-                    return;
-                };
-                if !f.load(Ordering::Relaxed) {
-                    continue;
-                }
-                let up = match ups.get(&from) {
-                    Some(u) => u.clone(),
-                    None => {
-                        let u = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
-                        u.connect(to).await.unwrap();
-                        let (u2, s2, f2) = (u.clone(), sock.clone(), f.clone());
-                        tokio::spawn(async move {
-                            let mut b = vec![0u8; 65536];
-                            while let Ok(n) = u2.recv(&mut b).await {
-                                if f2.load(Ordering::Relaxed) {
-                                    let _ = s2.send_to(&b[..n], from).await;
-                                }
-                            }
-                        });
-                        ups.insert(from, u.clone());
-                        u
-                    }
-                };
-                let _ = up.send(&buf[..n]).await;
-            }
-        });
+        common::relay_udp(sock, to, forward.clone());
         Relay { addr, forward }
     }
 }
