@@ -60,6 +60,8 @@
 //! modelled. The figures describe these models, not a network; the emulated-link
 //! counterpart is `cargo run --release -p pool --example lossy_small_reply`.
 
+mod quic_vt;
+
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
@@ -67,13 +69,11 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use pool::quic::{Congestion, QuicOptions};
-use pool::tls::{ALPN, DEFAULT_SERVER_NAME};
-use quinn_proto::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use pool::tls::DEFAULT_SERVER_NAME;
 use quinn_proto::{
     congestion, ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint,
     EndpointConfig, IdleTimeout, ReadError, ServerConfig, StreamId, TransportConfig, VarInt,
 };
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// Round-trip propagation delay of the `lossy` profile.
 const RTT: Duration = Duration::from_millis(200);
@@ -320,40 +320,7 @@ fn configs() -> (ClientConfig, ServerConfig) {
     opts.validate().expect("product options are valid");
     let t = Arc::new(transport(&opts));
 
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).expect("key");
-    let mut params =
-        rcgen::CertificateParams::new(vec![DEFAULT_SERVER_NAME.to_string()]).expect("params");
-    params.serial_number = Some(rcgen::SerialNumber::from(1u64));
-    let cert = params.self_signed(&key).expect("certificate");
-    let der: CertificateDer<'static> = cert.der().clone();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(der.clone()).expect("root");
-    let mut client = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    client.alpn_protocols = vec![ALPN.to_vec()];
-    let mut cc = ClientConfig::new(Arc::new(
-        QuicClientConfig::try_from(client).expect("QUIC client crypto"),
-    ));
-    cc.transport_config(t.clone());
-
-    let mut server = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("TLS 1.3")
-        .with_no_client_auth()
-        .with_single_cert(vec![der], PrivateKeyDer::Pkcs8(key.serialize_der().into()))
-        .expect("server certificate");
-    server.alpn_protocols = vec![ALPN.to_vec()];
-    let mut sc = ServerConfig::with_crypto(Arc::new(
-        QuicServerConfig::try_from(server).expect("QUIC server crypto"),
-    ));
-    sc.transport_config(t);
-    sc.migration(false);
-    (cc, sc)
+    quic_vt::configs(t)
 }
 
 /// One endpoint with its single connection.
