@@ -154,7 +154,7 @@ pub struct Session {
     /// committed to them (`credit`, "Starting windows").
     recv_windows: u64,
     /// Scratch space for scheduling decisions.
-    scratch: Vec<(ConnId, Load)>,
+    scratch: Vec<ConnId>,
     scratch_loads: Vec<Load>,
     /// The latest `now` any input carried: the session's notion of the present for
     /// decisions taken in calls without a `now` (binding a direction).

@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::{ConnId, ConnState, Session, StreamError};
 use crate::error::ErrorCode;
 use crate::frame::{Data, Open, Reset, Window};
-use crate::policy::Load;
+use crate::policy::{Load, Policy};
 
 /// Round trips after which a lane's last fresh rate sample is stale: BBR's bandwidth
 /// filter forgets samples after 10 round trips, and so does the expected-completion
@@ -112,34 +112,42 @@ impl Session {
         self.scratch.clear();
         self.scratch_loads.clear();
         let clock = self.clock;
+        // Only expected-completion reads rates and RTTs: the other policies skip the path
+        // estimate and the staleness check, which are most of the per-lane cost.
+        let rates = self.policy == Policy::ExpectedCompletion;
         for (id, c) in &self.conns {
             if c.state == ConnState::Up && !(for_open && c.peer_draining) {
-                let path = c.path.unwrap_or_default();
-                let rtt = if path.rtt.is_zero() {
-                    c.rtt.unwrap_or_default()
-                } else {
-                    path.rtt
-                };
-                let stale = match (c.sampled_at, clock) {
-                    (Some(at), Some(now)) => now.saturating_duration_since(at) > stale_after(rtt),
-                    _ => true,
-                };
-                let l = Load {
+                let mut l = Load {
                     outstanding: c.outstanding(),
                     streams: c.streams,
                     window: c.window,
-                    rate: path.delivery_rate,
-                    rtt_us: u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX),
-                    rate_is_floor: path.app_limited || stale,
+                    ..Load::default()
                 };
-                self.scratch.push((*id, l));
+                if rates {
+                    let path = c.path.unwrap_or_default();
+                    let rtt = if path.rtt.is_zero() {
+                        c.rtt.unwrap_or_default()
+                    } else {
+                        path.rtt
+                    };
+                    let stale = match (c.sampled_at, clock) {
+                        (Some(at), Some(now)) => {
+                            now.saturating_duration_since(at) > stale_after(rtt)
+                        }
+                        _ => true,
+                    };
+                    l.rate = path.delivery_rate;
+                    l.rtt_us = u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX);
+                    l.rate_is_floor = path.app_limited || stale;
+                }
+                self.scratch.push(*id);
                 self.scratch_loads.push(l);
             }
         }
         let i = self
             .policy
             .choose(&self.scratch_loads, &mut self.rr_cursor)?;
-        Some(self.scratch[i].0)
+        Some(self.scratch[i])
     }
 
     /// Least-outstanding Up lane for a control frame, preferring `prefer`.
