@@ -186,7 +186,7 @@ impl Drop for LonghaulRemote {
 /// own remote-proxy: the one for `CONGESTION[i]` and `POLICIES[j]` listens on
 /// `PORTS.longhaul_remote + j × 3 + i` (TCP) or `PORTS.longhaul_quic_remote + j × 3 + i`
 /// (QUIC, UDP).
-pub const CONGESTION: [&str; 3] = ["bbr", "cubic", "reno"];
+pub const CONGESTION: [&str; 4] = ["bbr", "cubic", "reno", "rate"];
 
 /// Placement policies, as `--policy` (edge) and `--reply-policy` (remote) name them.
 pub const POLICIES: [&str; 4] = [

@@ -205,6 +205,7 @@ pub fn variants(
     if carrier_of(id).is_none() {
         return vec![SystemSpec::plain(id)];
     }
+    let congestion = congestion_for(id, congestion);
     let mut specs = Vec::new();
     let (Some(c0), Some(p0)) = (congestion.first(), policies.first()) else {
         return specs;
@@ -213,7 +214,7 @@ pub fn variants(
         specs.push(SystemSpec::longhaul_on(id, *n, c0, p0));
     }
     let n0 = main_pool_size(pools);
-    for c in congestion {
+    for c in &congestion {
         for p in policies {
             let v = SystemSpec::longhaul_on(id, n0, c, p);
             if !specs.contains(&v) {
@@ -222,6 +223,15 @@ pub fn variants(
         }
     }
     specs
+}
+
+/// The congestion controls longhaul system `id` runs: `rate` is a QUIC controller that the
+/// TCP carrier refuses, so it is left out there.
+fn congestion_for<'a>(id: &str, congestion: &'a [String]) -> Vec<&'a String> {
+    congestion
+        .iter()
+        .filter(|c| !(c.as_str() == "rate" && carrier_of(id) == Some("tcp")))
+        .collect()
 }
 
 /// Pool size of the main variant: 10 when swept, else the first given.
@@ -248,7 +258,7 @@ pub fn main_variant(
     Some(SystemSpec::longhaul_on(
         id,
         main_pool_size(pools),
-        congestion.first()?,
+        congestion_for(id, congestion).first()?,
         policies.first()?,
     ))
 }
