@@ -276,8 +276,11 @@ pub fn effective_mode(mode: Option<Mode>, addrs: &[SocketAddr]) -> Mode {
 /// Congestion controls a pool connection may use.
 pub const CONGESTION_CONTROLS: &[&str] = &["bbr", "cubic", "reno", RATE_CONGESTION];
 /// The provisioned-rate controller (`pool::rate`): QUIC connections only; a TCP connection of a
-/// pool configured with it uses [`DEFAULT_CONGESTION`].
+/// pool configured with it (the TCP+TLS fallback of carrier `auto`) uses
+/// [`TCP_FALLBACK_CONGESTION`].
 pub const RATE_CONGESTION: &str = "rate";
+/// The kernel controller of a pool's TCP connections when the pool is configured with `rate`.
+pub const TCP_FALLBACK_CONGESTION: &str = "bbr";
 /// Longest time any `*_ms` key may be set to: one day.
 pub const MAX_MS: u64 = 86_400_000;
 /// Smallest and largest `max_header_bytes`.
@@ -311,19 +314,18 @@ pub fn check_max_header_bytes(v: usize) -> Result<(), String> {
 }
 
 /// `value` of `key` is one of [`CONGESTION_CONTROLS`], and `rate` only with a carrier that
-/// has QUIC connections (the TCP carrier's controller is the kernel's).
+/// has QUIC connections (the TCP carrier's controller is the kernel's). Under `auto` the
+/// QUIC connections use `rate` and the TCP+TLS fallback the kernel's
+/// [`TCP_FALLBACK_CONGESTION`] (said in the log at start-up).
 pub fn check_congestion(key: &str, value: &str, carrier: CarrierName) -> Result<(), String> {
     if !CONGESTION_CONTROLS.contains(&value) {
         return Err(format!("{key} {value:?} must be bbr, cubic, reno or rate"));
     }
-    // Under `auto` the same setting also drives the TCP+TLS fallback, which only has the
-    // kernel's controllers.
-    if value == RATE_CONGESTION && carrier != CarrierName::Quic {
+    if value == RATE_CONGESTION && carrier == CarrierName::Tcp {
         let prefix = key.strip_suffix("congestion").unwrap_or_default();
         return Err(format!(
-            "{key} \"rate\" needs {prefix}carrier = \"quic\": it is a QUIC controller (the TCP \
-             carrier, and the TCP+TLS fallback of carrier = \"auto\", use the kernel's bbr, cubic \
-             or reno)"
+            "{key} \"rate\" needs {prefix}carrier = \"quic\" or \"auto\": it is a QUIC \
+             controller (the TCP carrier uses the kernel's bbr, cubic or reno)"
         ));
     }
     Ok(())
@@ -414,15 +416,15 @@ mod tests {
             Err("pool.congestion \"vegas\" must be bbr, cubic, reno or rate".into())
         );
         assert!(check_congestion("pool.congestion", "rate", CarrierName::Quic).is_ok());
-        assert!(check_congestion("pool.congestion", "rate", CarrierName::Auto).is_err());
+        assert!(check_congestion("pool.congestion", "rate", CarrierName::Auto).is_ok());
         let e = check_congestion("pool.congestion", "rate", CarrierName::Tcp).unwrap_err();
         assert!(
-            e.starts_with("pool.congestion \"rate\" needs pool.carrier = \"quic\""),
+            e.starts_with("pool.congestion \"rate\" needs pool.carrier = \"quic\" or \"auto\""),
             "{e}"
         );
         let e = check_congestion("congestion", "rate", CarrierName::Tcp).unwrap_err();
         assert!(
-            e.starts_with("congestion \"rate\" needs carrier = \"quic\""),
+            e.starts_with("congestion \"rate\" needs carrier = \"quic\" or \"auto\""),
             "{e}"
         );
     }

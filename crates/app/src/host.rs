@@ -77,7 +77,8 @@ pub fn slow_start_after_idle_finding(
         SlowStartAfterIdle::Off
     } else if carrier == CarrierName::Quic {
         SlowStartAfterIdle::NotTcp
-    } else if congestion == "bbr" {
+    } else if congestion == "bbr" || congestion == crate::config::RATE_CONGESTION {
+        // `rate` is QUIC's; the pool's TCP connections (auto's fallback) then run bbr.
         SlowStartAfterIdle::ExemptBbr
     } else {
         SlowStartAfterIdle::Harmful
@@ -153,6 +154,8 @@ mod tests {
         assert_eq!(f(true, CarrierName::Tcp, "cubic"), Harmful);
         assert_eq!(f(true, CarrierName::Tcp, "reno"), Harmful);
         assert_eq!(f(true, CarrierName::Tcp, "bbr"), ExemptBbr);
+        // `rate` is QUIC's: the TCP+TLS fallback of auto runs bbr.
+        assert_eq!(f(true, CarrierName::Auto, "rate"), ExemptBbr);
         assert_eq!(f(true, CarrierName::Quic, "cubic"), NotTcp);
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use pool::{Kind, SocketOptions};
 
-use crate::config::{LinkConfig, PolicyName};
+use crate::config::{CarrierName, LinkConfig, PolicyName};
 
 /// What a stream carries (mirrors `mux::Kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,15 +68,40 @@ pub fn policy(p: PolicyName) -> mux::Policy {
 }
 
 /// Socket options with the configured congestion control; `rate` is a QUIC controller, so a
-/// TCP connection of such a pool uses the default, [`crate::config::DEFAULT_CONGESTION`].
+/// TCP connection of such a pool uses [`crate::config::TCP_FALLBACK_CONGESTION`].
 pub fn socket_options(congestion: &str) -> SocketOptions {
     let cc = if congestion == crate::config::RATE_CONGESTION {
-        crate::config::DEFAULT_CONGESTION
+        crate::config::TCP_FALLBACK_CONGESTION
     } else {
         congestion
     };
     SocketOptions {
         congestion: Some(cc.to_string()),
         ..SocketOptions::default()
+    }
+}
+
+/// Logs the controllers a pool with `carrier` (as in force) and `congestion` runs, and, for
+/// `rate`, the rate it paces at: a `link.rate_mbit` left at its default on a faster link caps
+/// the pool there.
+pub fn log_congestion(carrier: CarrierName, congestion: &str, link: &LinkConfig) {
+    use crate::config::{RATE_CONGESTION, TCP_FALLBACK_CONGESTION};
+    match (carrier, congestion == RATE_CONGESTION) {
+        (CarrierName::Auto, true) => tracing::info!(
+            rate_mbit = link.rate_mbit,
+            tcp = TCP_FALLBACK_CONGESTION,
+            "QUIC connections paced at link.rate_mbit, shared among the busy ones (rate); the \
+             TCP+TLS fallback uses the kernel's {TCP_FALLBACK_CONGESTION}"
+        ),
+        (CarrierName::Quic, true) => tracing::info!(
+            rate_mbit = link.rate_mbit,
+            "QUIC connections paced at link.rate_mbit, shared among the busy ones (rate)"
+        ),
+        (CarrierName::Tcp, true) => tracing::info!(
+            tcp = TCP_FALLBACK_CONGESTION,
+            "rate is a QUIC controller and this pool is TCP only: its connections use the \
+             kernel's {TCP_FALLBACK_CONGESTION}"
+        ),
+        _ => tracing::info!(congestion, "pool congestion control"),
     }
 }

@@ -498,7 +498,7 @@ mod tests {
     }
 
     #[test]
-    fn congestion_rate_is_quic_only_and_paces_at_the_link_rate() {
+    fn congestion_rate_needs_quic_connections_and_paces_at_the_link_rate() {
         let c: EdgeConfig = toml::from_str(
             "[pool]
 congestion = \"rate\"
@@ -508,9 +508,14 @@ rate_mbit = 50
 ",
         )
         .unwrap();
-        let e = c.validate().unwrap_err();
+        // Under the default carrier, auto, the QUIC connections pace and the TCP+TLS
+        // fallback uses the kernel's bbr; the TCP carrier refuses it.
+        c.validate().unwrap();
+        let mut tcp = c.clone();
+        tcp.pool.carrier = CarrierName::Tcp;
+        let e = tcp.validate().unwrap_err();
         assert!(
-            e.starts_with("pool.congestion \"rate\" needs pool.carrier = \"quic\""),
+            e.starts_with("pool.congestion \"rate\" needs pool.carrier = \"quic\" or \"auto\""),
             "{e}"
         );
         let q = c.pool.quic.options(&c.link, &c.pool.congestion);

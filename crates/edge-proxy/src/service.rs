@@ -78,6 +78,11 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
         mode = ?cfg.mode(),
         "edge-proxy starting"
     );
+    app::pool_glue::log_congestion(
+        cfg.pool.carrier.effective(cfg.pool.tls.is_some()),
+        &cfg.pool.congestion,
+        &cfg.link,
+    );
     if cfg.pool.carrier == CarrierName::Auto && cfg.pool.tls.is_none() {
         tracing::info!(
             "carrier auto without [pool.tls]: TCP only (QUIC always needs TLS; development)"

@@ -74,6 +74,11 @@ pub async fn run(cfg: RemoteConfig, reload: Reload<RemoteConfig>) -> anyhow::Res
         static_hosts = policy.hosts.len(),
         "remote-proxy starting"
     );
+    app::pool_glue::log_congestion(
+        cfg.carrier.effective(cfg.tls.is_some()),
+        &cfg.congestion,
+        &cfg.link,
+    );
     if cfg.carrier == CarrierName::Auto && cfg.tls.is_none() {
         tracing::info!("carrier auto without [tls]: TCP only (QUIC always needs TLS; development)");
     }
