@@ -52,7 +52,7 @@ pub struct SuiteDef {
     pub browser_schemes: &'static [&'static str],
     /// longhaul's pool sizes.
     pub pool_sizes: &'static [u32],
-    /// longhaul's congestion controls.
+    /// longhaul's congestion controls (`default`: each carrier's default).
     pub congestion: &'static [&'static str],
     /// longhaul's placement policies.
     pub policies: &'static [&'static str],
@@ -79,7 +79,7 @@ pub const DEMO: SuiteDef = SuiteDef {
     browser_workloads: Ids::Listed(&[]),
     browser_schemes: &["http", "https"],
     pool_sizes: &[10],
-    congestion: &["bbr"],
+    congestion: &["default"],
     policies: &["least-outstanding"],
     initcwnds: &[],
     load_fractions: &[],
@@ -106,7 +106,7 @@ pub const QUICK: SuiteDef = SuiteDef {
     browser_workloads: Ids::Listed(&["yahoo"]),
     browser_schemes: &["http"],
     pool_sizes: &[10],
-    congestion: &["bbr"],
+    congestion: &["default"],
     policies: &["least-outstanding"],
     initcwnds: &[],
     load_fractions: &[],
@@ -134,7 +134,7 @@ pub const FULL: SuiteDef = SuiteDef {
     browser_workloads: Ids::AllPages,
     browser_schemes: &["http", "https"],
     pool_sizes: &[1, 2, 5, 10, 20, 50],
-    congestion: &["bbr", "cubic"],
+    congestion: &["default", "bbr", "cubic"],
     policies: &["least-outstanding", "round-robin"],
     initcwnds: &crate::runner::SEED_000_INITCWNDS,
     load_fractions: &[0.1, 0.25, 0.5, 0.75, 0.9, 1.1],

@@ -125,7 +125,8 @@ struct SuiteArgs {
     /// longhaul pool sizes.
     #[arg(long, value_delimiter = ',')]
     pool_sizes: Option<Vec<u32>>,
-    /// longhaul congestion controls.
+    /// longhaul congestion controls (`bbr`, `cubic`, `reno`, `rate` for QUIC, or `default`:
+    /// each carrier's default, `rate` for QUIC and bbr for TCP).
     #[arg(long, value_delimiter = ',')]
     congestion: Option<Vec<String>>,
     /// longhaul stream placement policies (`least-outstanding`, `expected-completion`,

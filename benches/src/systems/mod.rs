@@ -225,13 +225,32 @@ pub fn variants(
     specs
 }
 
-/// The congestion controls longhaul system `id` runs: `rate` is a QUIC controller that the
-/// TCP carrier refuses, so it is left out there.
-fn congestion_for<'a>(id: &str, congestion: &'a [String]) -> Vec<&'a String> {
-    congestion
-        .iter()
-        .filter(|c| !(c.as_str() == "rate" && carrier_of(id) == Some("tcp")))
-        .collect()
+/// What `--congestion default` runs: longhaul's own default for the carrier (edge and remote
+/// started without `--congestion`: `rate` on QUIC connections, the kernel's bbr on TCP).
+pub const DEFAULT_CONGESTION_NAME: &str = "default";
+
+/// The congestion controls longhaul system `id` runs, each once: `default` becomes the
+/// carrier's default controller by name, and `rate`, a QUIC controller that the TCP carrier
+/// refuses, is left out there.
+fn congestion_for(id: &str, congestion: &[String]) -> Vec<String> {
+    let tcp = carrier_of(id) == Some("tcp");
+    let carrier = if tcp {
+        app::config::CarrierName::Tcp
+    } else {
+        app::config::CarrierName::Quic
+    };
+    let mut v: Vec<String> = Vec::new();
+    for c in congestion {
+        let c = match c.as_str() {
+            DEFAULT_CONGESTION_NAME => app::config::default_congestion(carrier),
+            "rate" if tcp => continue,
+            c => c,
+        };
+        if !v.iter().any(|x| x == c) {
+            v.push(c.to_owned());
+        }
+    }
+    v
 }
 
 /// Pool size of the main variant: 10 when swept, else the first given.
@@ -473,6 +492,29 @@ mod tests {
     }
 
     #[test]
+    fn default_congestion_is_each_carriers_own_and_rate_is_quic_only() {
+        let cc: Vec<String> = ["default", "bbr", "rate", "cubic"]
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        let pol = vec!["least-outstanding".to_string()];
+        let names = |id: &str| -> Vec<String> {
+            variants(id, &[10], &cc, &pol)
+                .into_iter()
+                .map(|s| s.params.congestion.unwrap())
+                .collect()
+        };
+        // TCP: default is bbr (listed once), rate is left out.
+        assert_eq!(names("longhaul-tcp"), ["bbr", "cubic"]);
+        // QUIC: default is rate (listed once), then bbr and cubic.
+        assert_eq!(names("longhaul-quic"), ["rate", "bbr", "cubic"]);
+        assert_eq!(
+            main_variant("longhaul-quic", &[10], &cc, &pol),
+            Some(SystemSpec::longhaul_quic(10, "rate", "least-outstanding"))
+        );
+    }
+
+    #[test]
     fn stream_windows_label_every_variant_and_add_the_main_one_at_each_further_window() {
         let cc = vec!["bbr".to_string()];
         let pol = vec!["least-outstanding".to_string()];
@@ -606,9 +648,9 @@ mod tests {
         assert_eq!(longhaul_remote_port("tcp", "bbr", lo).unwrap(), 4443);
         assert_eq!(
             longhaul_remote_port("tcp", "bbr", "round-robin").unwrap(),
-            4446
+            4447
         );
-        assert!(longhaul_remote_port("tcp", "reno", "expected-completion").unwrap() < 4463);
+        assert!(longhaul_remote_port("tcp", "rate", "expected-completion").unwrap() < 4463);
         let n = ports.len();
         ports.sort_unstable();
         ports.dedup();

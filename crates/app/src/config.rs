@@ -18,8 +18,22 @@ pub const DEFAULT_DRAIN_GRACE_MS: u64 = 10_000;
 pub const DEFAULT_LINK_RTT_MS: u32 = 130;
 /// Default rate of the long link.
 pub const DEFAULT_LINK_RATE_MBIT: u32 = 100;
-/// Default congestion control of pool connections.
-pub const DEFAULT_CONGESTION: &str = "bbr";
+/// Congestion control of pool connections when none is configured, by carrier: the
+/// provisioned-rate controller for QUIC connections (`quic`, `auto`: in the page-load
+/// benchmark it held bulk transfers near the link rate while pages beside them kept their
+/// idle times, where quinn's BBR keeps a round trip of queue at the bottleneck;
+/// benches/README.md), the kernel's bbr for the TCP carrier.
+pub fn default_congestion(carrier: CarrierName) -> &'static str {
+    match carrier {
+        CarrierName::Tcp => TCP_FALLBACK_CONGESTION,
+        CarrierName::Quic | CarrierName::Auto => RATE_CONGESTION,
+    }
+}
+
+/// The congestion control in force: the configured one, or [`default_congestion`].
+pub fn congestion_in_force(configured: Option<&str>, carrier: CarrierName) -> &str {
+    configured.unwrap_or_else(|| default_congestion(carrier))
+}
 /// Development (the no-argument default: loopback only, private origins allowed) or production.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]

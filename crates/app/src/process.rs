@@ -235,7 +235,8 @@ where
 /// The pool connections' congestion control and carrier.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CarrierFlags {
-    /// Congestion control of pool connections (bbr, cubic, reno; rate with QUIC).
+    /// Congestion control of pool connections (bbr, cubic, reno; rate with QUIC; default:
+    /// rate for QUIC connections, bbr for TCP).
     #[arg(long)]
     pub congestion: Option<String>,
     /// Transport of the pool connections (quic needs TLS files).
@@ -245,9 +246,9 @@ pub struct CarrierFlags {
 
 impl CarrierFlags {
     /// Overrides the configured values.
-    pub fn apply(&self, congestion: &mut String, carrier: &mut CarrierName) {
+    pub fn apply(&self, congestion: &mut Option<String>, carrier: &mut CarrierName) {
         if let Some(v) = &self.congestion {
-            *congestion = v.clone();
+            *congestion = Some(v.clone());
         }
         if let Some(v) = self.carrier {
             *carrier = v;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use app::config::{
     check_congestion, check_development_binds, check_host_port, check_max_header_bytes, check_ms,
     check_range, effective_mode, is_loopback_authority, CarrierName, LinkConfig, LogFormat, Mode,
-    PolicyName, PoolSide, QuicSection, TlsSection, DEFAULT_CONGESTION, DEFAULT_DRAIN_GRACE_MS,
+    PolicyName, PoolSide, QuicSection, TlsSection, DEFAULT_DRAIN_GRACE_MS,
 };
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -107,8 +107,10 @@ pub struct PoolSection {
     pub policy: PolicyName,
     /// Congestion control of pool connections (`bbr`, `cubic`, `reno`; `rate`, the
     /// provisioned-rate controller, QUIC only); TCP falls back to the system default with a log
-    /// line when unavailable.
-    pub congestion: String,
+    /// line when unavailable. Absent: `rate` for QUIC connections and `bbr` for TCP ones
+    /// ([`app::config::default_congestion`]); [`PoolSection::congestion`] is the one in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
     /// Wait at start-up for the first pool connection before accepting clients anyway.
     pub ready_timeout_ms: u64,
     /// Most requests (and tunnels) waiting at once for a stream slot when every pool
@@ -135,7 +137,7 @@ impl Default for PoolSection {
             remotes: Vec::new(),
             connections: DEFAULT_CONNECTIONS,
             policy: PolicyName::LeastOutstanding,
-            congestion: DEFAULT_CONGESTION.into(),
+            congestion: None,
             ready_timeout_ms: DEFAULT_READY_TIMEOUT_MS,
             open_queue: DEFAULT_OPEN_QUEUE,
             open_wait_ms: DEFAULT_OPEN_WAIT_MS,
@@ -222,6 +224,11 @@ impl Default for EdgeConfig {
 }
 
 impl PoolSection {
+    /// The congestion control in force (the configured one, or the carrier's default).
+    pub fn congestion(&self) -> &str {
+        app::config::congestion_in_force(self.congestion.as_deref(), self.carrier)
+    }
+
     /// The remote proxies in use: `remotes`, or the single `remote`.
     pub fn remote_list(&self) -> Vec<String> {
         if self.remotes.is_empty() {
@@ -291,7 +298,7 @@ impl EdgeConfig {
             self.requires_tls(),
         )?;
         check_range("pool.connections", self.pool.connections, 1..=1024)?;
-        check_congestion("pool.congestion", &self.pool.congestion, self.pool.carrier)?;
+        check_congestion("pool.congestion", self.pool.congestion(), self.pool.carrier)?;
         if self.allowed_clients.is_empty() {
             return Err("allowed_clients is empty: no client could use the proxy".into());
         }
@@ -518,12 +525,12 @@ rate_mbit = 50
             e.starts_with("pool.congestion \"rate\" needs pool.carrier = \"quic\" or \"auto\""),
             "{e}"
         );
-        let q = c.pool.quic.options(&c.link, &c.pool.congestion);
+        let q = c.pool.quic.options(&c.link, c.pool.congestion());
         assert_eq!(q.congestion, pool::quic::Congestion::Rate);
         assert_eq!(q.link_rate_bps, 50_000_000);
         assert_eq!(q.initial_rtt, std::time::Duration::from_millis(600));
         // A TCP connection of such a pool asks the kernel for the default controller.
-        let s = app::pool_glue::socket_options(&c.pool.congestion);
+        let s = app::pool_glue::socket_options(c.pool.congestion());
         assert_eq!(s.congestion.as_deref(), Some("bbr"));
     }
 

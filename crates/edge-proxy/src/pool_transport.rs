@@ -97,10 +97,10 @@ pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Remot
             let tls = tls.clone().ok_or_else(|| {
                 PoolError::Config("pool.carrier = \"quic\" needs [pool.tls]".into())
             })?;
-            let quic = cfg.pool.quic.options(&cfg.link, &cfg.pool.congestion);
+            let quic = cfg.pool.quic.options(&cfg.link, cfg.pool.congestion());
             Pool::start_quic(pc, tls, quic)?
         } else if let (CarrierName::Auto, Some(tls)) = (carrier, &tls) {
-            let quic = cfg.pool.quic.options(&cfg.link, &cfg.pool.congestion);
+            let quic = cfg.pool.quic.options(&cfg.link, cfg.pool.congestion());
             Pool::start_auto(pc, tls.clone(), quic)?
         } else {
             match &tls {
@@ -127,7 +127,7 @@ pub fn pool_config(cfg: &EdgeConfig) -> PoolConfig {
         remote: cfg.pool.remote_list().swap_remove(0),
         connections: cfg.pool.connections,
         policy: policy(cfg.pool.policy),
-        socket: socket_options(&cfg.pool.congestion),
+        socket: socket_options(cfg.pool.congestion()),
         mux: mux_config(&cfg.link),
         open_queue: cfg.pool.open_queue,
         open_wait: Duration::from_millis(cfg.pool.open_wait_ms),

@@ -52,7 +52,7 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
     };
     let tls = tls_client(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
     let metrics = app::metrics::start(&cfg.metrics).await?;
-    app::host::check(cfg.pool.carrier, &cfg.pool.congestion);
+    app::host::check(cfg.pool.carrier, cfg.pool.congestion());
     let pool = start_pool(&cfg, tls.clone())?;
     for r in pool.remotes() {
         let p = r.pool.clone();
@@ -80,7 +80,7 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
     );
     app::pool_glue::log_congestion(
         cfg.pool.carrier.effective(cfg.pool.tls.is_some()),
-        &cfg.pool.congestion,
+        cfg.pool.congestion(),
         &cfg.link,
     );
     if cfg.pool.carrier == CarrierName::Auto && cfg.pool.tls.is_none() {

@@ -61,9 +61,12 @@ pub struct RemoteConfig {
     pub max_header_bytes: usize,
     /// Grace period for in-flight streams on SIGTERM, ms.
     pub drain_grace_ms: u64,
-    /// Congestion control of pool connections (`bbr`, `cubic`, `reno`; `rate` QUIC only); the replies travel
-    /// this way, so this side's choice matters most.
-    pub congestion: String,
+    /// Congestion control of pool connections (`bbr`, `cubic`, `reno`; `rate` QUIC only); the
+    /// replies travel this way, so this side's choice matters most. Absent: `rate` for QUIC
+    /// connections and `bbr` for TCP ones ([`app::config::default_congestion`]);
+    /// [`RemoteConfig::congestion`] is the one in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<String>,
     /// How each reply is placed on the edge's pool connections (`least-outstanding`, the
     /// default; `expected-completion` by delivery rate and RTT; `round-robin` and
     /// `fewest-streams` are baselines for comparison). The edge's own `pool.policy` places
@@ -111,7 +114,7 @@ impl Default for RemoteConfig {
             origin_max_idle_per_host: DEFAULT_ORIGIN_MAX_IDLE_PER_HOST,
             max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
             drain_grace_ms: DEFAULT_DRAIN_GRACE_MS,
-            congestion: app::config::DEFAULT_CONGESTION.into(),
+            congestion: None,
             reply_policy: PolicyName::LeastOutstanding,
             log_format: LogFormat::Text,
             log_level: app::logging::DEFAULT_LOG_LEVEL.into(),
@@ -137,6 +140,11 @@ const POOL_SIDE: PoolSide = PoolSide {
 };
 
 impl RemoteConfig {
+    /// The congestion control in force (the configured one, or the carrier's default).
+    pub fn congestion(&self) -> &str {
+        app::config::congestion_in_force(self.congestion.as_deref(), self.carrier)
+    }
+
     /// The mode in force.
     pub fn mode(&self) -> Mode {
         app::config::effective_mode(self.mode, &[self.listen])
@@ -144,7 +152,7 @@ impl RemoteConfig {
 
     /// Checks ranges and the development-mode rule; the error names the key.
     pub fn validate(&self) -> Result<(), String> {
-        check_congestion("congestion", &self.congestion, self.carrier)?;
+        check_congestion("congestion", self.congestion(), self.carrier)?;
         check_development_binds(self.mode(), &[("listen", self.listen)])?;
         POOL_SIDE.check_security(
             self.carrier,

@@ -41,7 +41,7 @@ pub fn wire_code(why: ResetReason) -> ErrorCode {
 /// The pool server configuration of a remote.
 pub fn server_config(cfg: &RemoteConfig) -> ServerConfig {
     ServerConfig {
-        socket: socket_options(&cfg.congestion),
+        socket: socket_options(cfg.congestion()),
         mux: mux_config(&cfg.link),
         policy: policy(cfg.reply_policy),
         max_connections: cfg.max_pool_connections,

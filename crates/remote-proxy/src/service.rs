@@ -38,11 +38,11 @@ pub async fn run(cfg: RemoteConfig, reload: Reload<RemoteConfig>) -> anyhow::Res
     let tls = tls_server(&cfg)?;
     let server = match &tls {
         Some(t) if cfg.carrier == CarrierName::Quic => {
-            let quic = cfg.quic.options(&cfg.link, &cfg.congestion);
+            let quic = cfg.quic.options(&cfg.link, cfg.congestion());
             pool::Server::bind_quic(cfg.listen, server_config(&cfg), t.clone(), quic).await
         }
         Some(t) if cfg.carrier == CarrierName::Auto => {
-            let quic = cfg.quic.options(&cfg.link, &cfg.congestion);
+            let quic = cfg.quic.options(&cfg.link, cfg.congestion());
             pool::Server::bind_auto(cfg.listen, server_config(&cfg), t.clone(), quic).await
         }
         Some(t) => {
@@ -60,7 +60,7 @@ pub async fn run(cfg: RemoteConfig, reload: Reload<RemoteConfig>) -> anyhow::Res
         app::metrics::global().add_admission("edges", Arc::new(move || s.admission()));
     }
     let metrics = app::metrics::start(&cfg.metrics).await?;
-    app::host::check(cfg.carrier, &cfg.congestion);
+    app::host::check(cfg.carrier, cfg.congestion());
     reload.spawn(tls.map(|t| t as Arc<dyn KeyFiles>), "[tls]");
     let policy = cfg.policy();
     tracing::info!(
@@ -76,7 +76,7 @@ pub async fn run(cfg: RemoteConfig, reload: Reload<RemoteConfig>) -> anyhow::Res
     );
     app::pool_glue::log_congestion(
         cfg.carrier.effective(cfg.tls.is_some()),
-        &cfg.congestion,
+        cfg.congestion(),
         &cfg.link,
     );
     if cfg.carrier == CarrierName::Auto && cfg.tls.is_none() {
