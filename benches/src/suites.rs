@@ -11,7 +11,7 @@ pub enum Ids {
     Listed(&'static [&'static str]),
     /// Every workload (pages, bulk, mixed).
     AllWorkloads,
-    /// Every page model.
+    /// Every page: the seeds' and the built-in page models.
     AllPages,
 }
 
@@ -21,10 +21,7 @@ impl Ids {
         match self {
             Ids::Listed(ids) => ids.iter().map(|s| s.to_string()).collect(),
             Ids::AllWorkloads => workload::all_ids(),
-            Ids::AllPages => workload::page_specs()
-                .iter()
-                .map(|s| s.id.to_string())
-                .collect(),
+            Ids::AllPages => workload::page_ids(),
         }
     }
 }

@@ -3,8 +3,10 @@
 //!
 //! A [`Workload`] lists host names and objects; every object has a size in bytes and a discovery
 //! level: level 0 is the HTML, level 1 what the HTML references (CSS and JS), level 2 what the CSS
-//! references (images). [`Workload::body`] renders the exact bytes the origin serves for an object,
-//! so a real browser discovers the objects level by level just as the replay client does.
+//! references (images), and so on: a page model (`crate::pagemodel`) may go deeper (a script
+//! that injects a script, fonts from a style sheet another style sheet imports).
+//! [`Workload::body`] renders the exact bytes the origin serves for an object, so a real browser
+//! discovers the objects level by level just as the replay client does.
 //!
 //! This module does not serve or fetch anything; see `origin` and `replay`.
 
@@ -65,6 +67,8 @@ pub enum Kind {
     Js,
     /// An image (level 2).
     Image,
+    /// A web font, declared by a style sheet's `@font-face` and used by the page's text.
+    Font,
     /// A large download (level 0, no references).
     Bulk,
 }
@@ -77,6 +81,7 @@ impl Kind {
             Kind::Css => "text/css",
             Kind::Js => "application/javascript",
             Kind::Image => "image/png",
+            Kind::Font => "font/woff2",
             Kind::Bulk => "application/octet-stream",
         }
     }
@@ -185,9 +190,22 @@ pub fn page_specs() -> Vec<PageSpec> {
     ]
 }
 
-/// Ids of every workload the generator makes, pages first.
+/// Ids of every page: the seeds' pages, then the built-in page models
+/// ([`crate::pagemodel::BUILT_IN`]).
+pub fn page_ids() -> Vec<String> {
+    let seeds = page_specs().into_iter().map(|s| s.id.to_string());
+    seeds
+        .chain(
+            crate::pagemodel::BUILT_IN
+                .iter()
+                .map(|(id, _)| id.to_string()),
+        )
+        .collect()
+}
+
+/// Ids of every built-in workload, pages first.
 pub fn all_ids() -> Vec<String> {
-    let mut ids: Vec<String> = page_specs().iter().map(|s| s.id.to_string()).collect();
+    let mut ids = page_ids();
     ids.push("bulk".into());
     ids.push("mixed".into());
     ids
@@ -195,7 +213,7 @@ pub fn all_ids() -> Vec<String> {
 
 /// Draws `n` sizes in bytes from seed 003's distribution, scaled so they sum to `total` when
 /// given (the last object absorbs rounding).
-fn draw_sizes(rng: &mut ChaCha8Rng, n: usize, total: Option<u64>) -> Vec<u64> {
+pub(crate) fn draw_sizes(rng: &mut ChaCha8Rng, n: usize, total: Option<u64>) -> Vec<u64> {
     if n == 0 {
         return Vec::new();
     }
@@ -361,6 +379,7 @@ pub fn generate_mixed() -> Workload {
 /// Every workload, in [`all_ids`] order.
 pub fn generate_all() -> Vec<Workload> {
     let mut v: Vec<Workload> = page_specs().iter().map(generate_page).collect();
+    v.extend(crate::pagemodel::built_in());
     v.push(generate_bulk());
     v.push(generate_mixed());
     v
@@ -445,13 +464,40 @@ pub fn png(size: u64) -> PngBody {
     PngBody { head, zeros, tail }
 }
 
+/// Checks a workload id: non-empty ASCII letters, digits or `-` (it names results and files).
+pub fn check_id(id: &str) -> Result<()> {
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        bail!("workload id {id:?} must be non-empty ASCII letters, digits or '-'");
+    }
+    Ok(())
+}
+
+/// Checks a host name: ASCII letters, digits, `-` and `.` only, at most 253 characters.
+pub fn check_host(h: &str) -> Result<()> {
+    if h.is_empty()
+        || h.len() > 253
+        || h.starts_with('.')
+        || h.ends_with('.')
+        || !h
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    {
+        bail!("host name {h:?} is not a plain DNS name");
+    }
+    Ok(())
+}
+
 /// Sub-resources a page may have for the Chromium client to account for every one: the Resource
 /// Timing buffer's default size, which the page does not raise.
 pub const MAX_BROWSER_SUBRESOURCES: usize = 250;
 
 impl Workload {
-    /// Parses a workload file and checks it.
+    /// Parses a workload file and checks it: a page model (`[[group]]`s, expanded by
+    /// [`crate::pagemodel`]) or an expanded workload (`[[objects]]`).
     pub fn from_toml(text: &str) -> Result<Workload> {
+        if crate::pagemodel::is_model(text) {
+            return crate::pagemodel::PageModel::from_toml(text)?.expand();
+        }
         let w: Workload = toml::from_str(text).context("parsing workload TOML")?;
         w.validate()?;
         Ok(w)
@@ -476,17 +522,7 @@ impl Workload {
 
     /// Checks the invariants the clients and the origin rely on.
     pub fn validate(&self) -> Result<()> {
-        if self.id.is_empty()
-            || !self
-                .id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-')
-        {
-            bail!(
-                "workload id {:?} must be non-empty ASCII letters, digits or '-'",
-                self.id
-            );
-        }
+        check_id(&self.id)?;
         if let Some(m) = &self.mixed {
             if !self.objects.is_empty() {
                 bail!("mixed workload {} must not list objects", self.id);
@@ -500,13 +536,7 @@ impl Workload {
             bail!("workload {} has no objects", self.id);
         }
         for h in &self.hosts {
-            if h.is_empty()
-                || !h
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
-            {
-                bail!("host name {h:?} is not a plain DNS name");
-            }
+            check_host(h)?;
         }
         let mut paths = std::collections::BTreeSet::new();
         for (i, o) in self.objects.iter().enumerate() {
@@ -572,15 +602,31 @@ impl Workload {
     fn reference(&self, i: usize) -> String {
         let o = &self.objects[i];
         match (o.kind, self.objects[o.parent.unwrap_or(0)].kind) {
+            (Kind::Css, Kind::Css) => format!("@import url(//{}{});\n", o.host, o.path),
             (Kind::Css, _) => format!(
                 "<link rel=\"stylesheet\" href=\"//{}{}\">\n",
+                o.host, o.path
+            ),
+            (Kind::Js, Kind::Js) => format!(
+                "(function(d){{var s=d.createElement('script');s.src='//{}{}';\
+                 d.head.appendChild(s)}})(document);\n",
                 o.host, o.path
             ),
             (Kind::Js, _) => format!("<script src=\"//{}{}\"></script>\n", o.host, o.path),
             (Kind::Image, Kind::Css) => {
                 format!(".i{i}{{background-image:url(//{}{})}}\n", o.host, o.path)
             }
+            (Kind::Image, Kind::Js) => format!(
+                "(window.lhImg=window.lhImg||[]).push(new Image());\
+                 lhImg[lhImg.length-1].src='//{}{}';\n",
+                o.host, o.path
+            ),
             (Kind::Image, _) => format!("<img src=\"//{}{}\">\n", o.host, o.path),
+            (Kind::Font, _) => format!(
+                "@font-face{{font-family:f{i};src:url(//{}{}) format(\"woff2\")}}\n\
+                 .f{i}{{font-family:f{i}}}\n",
+                o.host, o.path
+            ),
             _ => String::new(),
         }
     }
@@ -602,25 +648,35 @@ impl Workload {
                         head.push_str(&r);
                     }
                 }
-                // Elements that use the style sheets' background images (level 2).
+                // Elements that use the style sheets' background images and fonts, wherever
+                // those style sheets are.
                 for (j, x) in self.objects.iter().enumerate() {
-                    if x.kind == Kind::Image && x.level == 2 {
-                        body.push_str(&format!("<div class=\"i{j}\"></div>\n"));
+                    let by_css = x.parent.is_some_and(|p| self.objects[p].kind == Kind::Css);
+                    match x.kind {
+                        Kind::Image if by_css => {
+                            body.push_str(&format!("<div class=\"i{j}\"></div>\n"))
+                        }
+                        Kind::Font if by_css => {
+                            body.push_str(&format!("<p class=\"f{j}\">longhaul</p>\n"))
+                        }
+                        _ => {}
                     }
                 }
                 body.push_str(TIMING_SCRIPT);
                 body.push('\n');
                 (format!("{head}{body}<!--"), "-->\n</body></html>\n".into())
             }
-            Kind::Css => {
+            Kind::Css | Kind::Js => {
+                // A style sheet's `@import`s must come before its other rules.
+                let mut kids = kids;
+                kids.sort_by_key(|&k| self.objects[k].kind != Kind::Css);
                 let mut s = String::new();
                 for &k in &kids {
                     s.push_str(&self.reference(k));
                 }
                 (format!("{s}/*"), "*/\n".into())
             }
-            Kind::Js => ("/*".into(), "*/\n".into()),
-            Kind::Image | Kind::Bulk => (String::new(), String::new()),
+            Kind::Image | Kind::Font | Kind::Bulk => (String::new(), String::new()),
         }
     }
 
