@@ -106,9 +106,11 @@ impl Site {
 /// 1.23.4, Debian 12's included, enables only up to TLS 1.2 by default, whose full handshake
 /// takes two round trips. Every response carries `Timing-Allow-Origin: *` so that a page's
 /// Resource Timing shows the body size of other host names' objects, which the Chromium client
-/// checks (24 bytes more per response, for every system alike). Fonts (`.woff2`) also carry
-/// `Access-Control-Allow-Origin: *`, as font hosts send it: a browser fetches a style sheet's
-/// fonts with CORS and refuses them from another host without it; other responses do not.
+/// checks (24 bytes more per response, for every system alike). A request with an `Origin`
+/// header (a CORS request: fonts, and style sheets a page links from another host with
+/// `crossorigin`) is answered with `Access-Control-Allow-Origin: *`, as font hosts and CDNs
+/// answer it; a browser refuses a font from another host without it. Other responses (every
+/// response of the seeds' pages) do not carry it.
 pub fn nginx_conf(dir: &Path, hosts: &[(String, IpAddr)]) -> String {
     let d = dir.display();
     let mut s = format!(
@@ -120,7 +122,7 @@ pub fn nginx_conf(dir: &Path, hosts: &[(String, IpAddr)]) -> String {
          \x20 client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n\
          \x20 fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n\
          \x20 types {{ text/html html; text/css css; application/javascript js; image/png png; font/woff2 woff2; application/octet-stream bin; }}\n\
-         \x20 map $uri $longhaul_acao {{ ~\\.woff2$ \"*\"; default \"\"; }}\n\
+         \x20 map $http_origin $longhaul_acao {{ \"\" \"\"; default \"*\"; }}\n\
          \x20 ssl_certificate {d}/origin.pem;\n  ssl_certificate_key {d}/origin.key;\n\
          \x20 ssl_protocols TLSv1.2 TLSv1.3;\n\
          \x20 ssl_session_cache off;\n  ssl_session_tickets off;\n"

@@ -111,6 +111,10 @@ impl PageModel {
         Ok(m)
     }
 
+    fn group(&self, name: &str) -> Option<&Group> {
+        self.groups.iter().find(|g| g.name == name)
+    }
+
     /// Checks everything [`PageModel::expand`] relies on, naming the group and field at fault.
     pub fn validate(&self) -> Result<()> {
         workload::check_id(&self.id)?;
@@ -129,6 +133,8 @@ impl PageModel {
             seen_hosts.push(h);
         }
         let mut kinds: BTreeMap<&str, (Kind, i64)> = BTreeMap::new();
+        // Groups of style sheets imported by style sheets.
+        let mut imported: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
         let mut total: i64 = 0;
         for (n, g) in self.groups.iter().enumerate() {
             let at = format!("page model {}, group {:?}", self.id, g.name);
@@ -185,6 +191,21 @@ impl PageModel {
                         bail!("{at}: parent {p:?} must be listed before the groups it references")
                     }
                     None => bail!("{at}: parent {p:?} is not a group of this model"),
+                    Some((Kind::Css, _))
+                        if imported.contains(p.as_str())
+                            && self.group(p).is_some_and(|pg| {
+                                pg.hosts.iter().any(|h| h != &self.groups[0].hosts[0])
+                            }) =>
+                    {
+                        bail!(
+                            "{at}: the style sheets of {p:?} are imported by a style sheet and \
+                             reference objects, so they must be on the page's host {:?}: a \
+                             browser fetches an imported style sheet without CORS, and Resource \
+                             Timing (the Chromium client's check) leaves out what such a sheet \
+                             from another host loads",
+                            self.groups[0].hosts[0]
+                        )
+                    }
                     Some((pk, _)) if !may_reference(*pk, kind) => bail!(
                         "{at}: a {pk:?} cannot reference a {kind:?} (html: css, js, image; \
                          css: css, image, font; js: js, image)"
@@ -194,6 +215,10 @@ impl PageModel {
             }
             total = total.saturating_add(g.count);
             kinds.insert(&g.name, (g.kind, g.count));
+            let parent_kind = g.parent.as_deref().and_then(|p| kinds.get(p)).map(|k| k.0);
+            if g.kind == Kind::Css && parent_kind == Some(Kind::Css) {
+                imported.insert(g.name.as_str());
+            }
         }
         if self.groups.is_empty() {
             bail!("page model {}: no `[[group]]`", self.id);
