@@ -226,6 +226,13 @@ mod tests {
             "{conf}"
         );
         assert!(conf.contains("server_name l.yimg.test"));
+        // CORS requests (an `Origin` header: fonts, cross-host style sheets) are allowed; other
+        // responses carry no Access-Control header.
+        assert!(
+            conf.contains("map $http_origin $longhaul_acao { \"\" \"\"; default \"*\"; }"),
+            "{conf}"
+        );
+        assert!(conf.contains("add_header Access-Control-Allow-Origin $longhaul_acao always;"));
         // nginx before 1.23.4 (Debian 12 ships 1.22) offers only TLS 1.2 unless told otherwise.
         assert!(conf.contains("ssl_protocols TLSv1.2 TLSv1.3;"), "{conf}");
         assert!(std::fs::read_to_string(&site.ca_pem)

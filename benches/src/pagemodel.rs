@@ -623,10 +623,51 @@ parent = "css"
                 }
                 (Kind::Js, Kind::Js) => assert!(text.contains(&format!("s.src='{url}'"))),
                 (Kind::Js, Kind::Image) => assert!(text.contains(&format!(".src='{url}'"))),
-                (Kind::Html, _) => {}
+                // Style sheets from other hosts are fetched with CORS (see `Workload::body`).
+                (Kind::Html, Kind::Css) if o.host != w.objects[0].host => {
+                    assert!(text.contains(&format!(
+                        "<link rel=\"stylesheet\" crossorigin href=\"{url}\">"
+                    )))
+                }
+                (Kind::Html, Kind::Css) => {
+                    assert!(text.contains(&format!("<link rel=\"stylesheet\" href=\"{url}\">")))
+                }
+                (Kind::Html, Kind::Js) => {
+                    assert!(text.contains(&format!("<script src=\"{url}\">")))
+                }
+                (Kind::Html, Kind::Image) => {
+                    assert!(text.contains(&format!("<img src=\"{url}\">")))
+                }
                 other => panic!("unexpected reference {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn an_imported_style_sheet_with_sub_resources_must_be_on_the_page_host() {
+        let import = "[[group]]\nname = \"imp\"\nkind = \"css\"\ncount = 1\nkb = 2\n\
+                      hosts = [\"HOST\"]\nparent = \"css\"\n\n[[group]]\nname = \"impbg\"\n\
+                      kind = \"image\"\ncount = 1\nkb = 2\nhosts = [\"cdn.b.test\"]\nparent = \"imp\"\n";
+        let on = |h: &str| format!("{SMALL}\n{}", import.replace("HOST", h));
+        let e = err(&on("cdn.b.test"));
+        assert!(
+            e.contains("group \"impbg\"") && e.contains("page's host \"www.a.test\""),
+            "{e}"
+        );
+        let w = PageModel::from_toml(&on("www.a.test"))
+            .unwrap()
+            .expand()
+            .unwrap();
+        assert_eq!(w.levels().len(), 5);
+        let imp = w
+            .objects
+            .iter()
+            .position(|o| o.path == "/imp/000.css")
+            .unwrap();
+        let parent = w.objects[imp].parent.unwrap();
+        assert!(String::from_utf8(w.body(parent))
+            .unwrap()
+            .starts_with("@import url(//www.a.test/imp/000.css);"));
     }
 
     #[test]

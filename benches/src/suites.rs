@@ -166,5 +166,13 @@ mod tests {
         // The full suite's browser loads every page model, no bulk or mixed load.
         let pages = FULL.browser_workloads.resolve();
         assert!(!pages.is_empty() && !pages.iter().any(|p| p == "bulk"));
+        // The page model of today's median page runs beside the seeds' pages in the full suite,
+        // for both clients.
+        assert!(pages.iter().any(|p| p == "almanac-2024-median"));
+        assert!(FULL
+            .workloads
+            .resolve()
+            .iter()
+            .any(|p| p == "almanac-2024-median"));
     }
 }

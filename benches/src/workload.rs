@@ -1,5 +1,6 @@
 //! Page models and bulk transfers taken from the seeds, generated deterministically and stored as
-//! TOML data files (`benches/workloads/*.toml`).
+//! TOML data files (`benches/workloads/*.toml`), and the page models built from published
+//! statistics (`crate::pagemodel`), whose files are their own source.
 //!
 //! A [`Workload`] lists host names and objects; every object has a size in bytes and a discovery
 //! level: level 0 is the HTML, level 1 what the HTML references (CSS and JS), level 2 what the CSS

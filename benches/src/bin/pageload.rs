@@ -32,7 +32,8 @@ struct Cli {
 enum Cmd {
     /// Print the workloads, or regenerate the data files from the seeds' numbers.
     Workloads {
-        /// Write every workload as DIR/ID.toml (deterministic).
+        /// Write every seed workload as DIR/ID.toml (deterministic); the page models' files
+        /// (almanac-2024-median.toml) are their own source and are not written.
         #[arg(long)]
         write: Option<PathBuf>,
     },
@@ -864,6 +865,106 @@ mod tests {
             build_suite("quick", &a).unwrap().profiles,
             ["satellite", "satellite-clean"]
         );
+    }
+
+    /// A small page model file with id `id`.
+    fn model(id: &str) -> String {
+        format!(
+            "id = \"{id}\"\nsource = \"test\"\nhosts = [\"www.x.test\", \"cdn.y.test\"]\n\
+             [[group]]\nname = \"page\"\nkind = \"html\"\ncount = 1\nkb = 5\nhosts = [\"www.x.test\"]\n\
+             [[group]]\nname = \"js\"\nkind = \"js\"\ncount = 3\nkb = 30\nhosts = [\"cdn.y.test\"]\nparent = \"page\"\n"
+        )
+    }
+
+    #[test]
+    fn a_workload_file_is_read_checked_and_selected_by_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(dir.path(), "mine.toml", &model("my-page"));
+        let f = f.to_str().unwrap();
+        // Without --workloads the files' pages are the suite's only ones, for Chromium too.
+        let s = build_suite("quick", &suite_args(&["--workload-file", f])).unwrap();
+        assert_eq!(s.workloads, ["my-page"]);
+        assert_eq!(s.chromium_workloads, ["my-page"]);
+        assert_eq!(s.custom_workloads[0].objects.len(), 4);
+        assert_eq!(s.custom_workloads[0].hosts.len(), 2);
+        // With --workloads, built-in and file pages mix in the order given.
+        let a = suite_args(&["--workload-file", f, "--workloads", "yahoo,my-page"]);
+        let s = build_suite("quick", &a).unwrap();
+        assert_eq!(s.workloads, ["yahoo", "my-page"]);
+        // The page is part of what a resumed run must match.
+        assert!(s
+            .profile_settings("pacific")
+            .contains("workload_files=[\"my-page:"));
+        // The run's own directory holds the built-in files and the page model, which loads
+        // as the same workload.
+        let out = tempfile::tempdir().unwrap();
+        let files = read_workload_files(&[PathBuf::from(f)]).unwrap();
+        let wd = run_workloads_dir(out.path(), &default_workloads_dir(), &files).unwrap();
+        assert_eq!(
+            Workload::load(&wd, "my-page").unwrap(),
+            s.custom_workloads[0]
+        );
+        assert_eq!(
+            Workload::load(&wd, "almanac-2024-median")
+                .unwrap()
+                .objects
+                .len(),
+            71
+        );
+        Workload::load(&wd, "yahoo").unwrap();
+    }
+
+    #[test]
+    fn bad_workload_files_and_unknown_workloads_are_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let err =
+            |args: &[&str]| format!("{:#}", build_suite("quick", &suite_args(args)).unwrap_err());
+        let builtin = write(dir.path(), "a.toml", &model("yahoo"));
+        let e = err(&["--workload-file", builtin.to_str().unwrap()]);
+        assert!(e.contains("is a built-in workload's"), "{e}");
+        let ok = write(dir.path(), "b.toml", &model("mine"));
+        let ok = ok.to_str().unwrap();
+        let e = err(&["--workload-file", ok, "--workload-file", ok]);
+        assert!(e.contains("two workload files have the id \"mine\""), "{e}");
+        let bad_ref = write(
+            dir.path(),
+            "c.toml",
+            &model("mine").replace("parent = \"page\"", "parent = \"html\""),
+        );
+        let e = err(&["--workload-file", bad_ref.to_str().unwrap()]);
+        assert!(
+            e.contains("c.toml") && e.contains("parent \"html\" is not a group"),
+            "{e}"
+        );
+        let zero = write(
+            dir.path(),
+            "d.toml",
+            &model("mine").replace("kb = 30", "kb = 0"),
+        );
+        let e = err(&["--workload-file", zero.to_str().unwrap()]);
+        assert!(e.contains("group \"js\"") && e.contains("positive"), "{e}");
+        let negative = write(
+            dir.path(),
+            "e.toml",
+            &model("mine").replace("count = 3", "count = -3"),
+        );
+        let e = err(&["--workload-file", negative.to_str().unwrap()]);
+        assert!(e.contains("`count` is -3"), "{e}");
+        let host = write(
+            dir.path(),
+            "f.toml",
+            &model("mine").replace("hosts = [\"cdn.y.test\"]", "hosts = [\"cdn.z.test\"]"),
+        );
+        let e = err(&["--workload-file", host.to_str().unwrap()]);
+        assert!(
+            e.contains("\"cdn.z.test\" is not in the model's `hosts`"),
+            "{e}"
+        );
+        let e = err(&["--workloads", "yahooo"]);
+        assert!(e.contains("unknown workload \"yahooo\""), "{e}");
+        let missing = dir.path().join("missing.toml");
+        let e = err(&["--workload-file", missing.to_str().unwrap()]);
+        assert!(e.contains("reading workload file"), "{e}");
     }
 
     #[test]
