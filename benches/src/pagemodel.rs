@@ -18,7 +18,7 @@
 //!
 //! This module only parses and expands; it serves and fetches nothing.
 
-use crate::workload::{self, Kind, Object, Workload};
+use crate::workload::{self, may_reference, Kind, Object, Workload};
 use anyhow::{bail, Context, Result};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -74,16 +74,6 @@ pub struct Group {
     /// `k % parent count`); absent for the `html` group only.
     #[serde(default)]
     pub parent: Option<String>,
-}
-
-/// Which kinds may reference which: a page's HTML, a style sheet and a script.
-fn may_reference(parent: Kind, child: Kind) -> bool {
-    matches!(
-        (parent, child),
-        (Kind::Html, Kind::Css | Kind::Js | Kind::Image)
-            | (Kind::Css, Kind::Css | Kind::Image | Kind::Font)
-            | (Kind::Js, Kind::Js | Kind::Image)
-    )
 }
 
 fn extension(kind: Kind) -> &'static str {
@@ -668,6 +658,11 @@ parent = "css"
         assert!(String::from_utf8(w.body(parent))
             .unwrap()
             .starts_with("@import url(//www.a.test/imp/000.css);"));
+        // An expanded workload is held to the same rule.
+        let mut moved = w.clone();
+        moved.objects[imp].host = "cdn.b.test".into();
+        let e = format!("{:#}", moved.validate().unwrap_err());
+        assert!(e.contains("imported style sheet on cdn.b.test"), "{e}");
     }
 
     #[test]

@@ -465,6 +465,18 @@ pub fn png(size: u64) -> PngBody {
     PngBody { head, zeros, tail }
 }
 
+/// Which kinds may reference which, as [`Workload::body`] renders the reference: the HTML links
+/// style sheets, scripts and images; a style sheet imports style sheets, sets background images
+/// and declares fonts; a script inserts scripts and starts images.
+pub fn may_reference(parent: Kind, child: Kind) -> bool {
+    matches!(
+        (parent, child),
+        (Kind::Html, Kind::Css | Kind::Js | Kind::Image)
+            | (Kind::Css, Kind::Css | Kind::Image | Kind::Font)
+            | (Kind::Js, Kind::Js | Kind::Image)
+    )
+}
+
 /// Checks a workload id: non-empty ASCII letters, digits or `-` (it names results and files).
 pub fn check_id(id: &str) -> Result<()> {
     if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
@@ -568,6 +580,31 @@ impl Workload {
                     "object {} must reference an earlier object one level up",
                     o.path
                 ),
+            }
+            if let Some(p) = o.parent {
+                let pk = self.objects[p].kind;
+                if !may_reference(pk, o.kind) {
+                    bail!(
+                        "object {}: a {pk:?} cannot reference a {:?}",
+                        o.path,
+                        o.kind
+                    );
+                }
+                // See `crate::pagemodel`: what an imported style sheet from another host than
+                // the page loads is hidden from the Chromium client's check.
+                let importer = self.objects[p].parent.map(|g| self.objects[g].kind);
+                if pk == Kind::Css
+                    && importer == Some(Kind::Css)
+                    && self.objects[p].host != self.objects[0].host
+                {
+                    bail!(
+                        "object {}: referenced by an imported style sheet on {}, not on the \
+                         page's host {}",
+                        o.path,
+                        self.objects[p].host,
+                        self.objects[0].host
+                    );
+                }
             }
         }
         Ok(())
@@ -851,5 +888,13 @@ mod tests {
         let mut w = generate_page(&page_specs()[1]);
         w.objects[3].host = "evil.test".into();
         assert!(w.validate().is_err());
+        // A font must come from a style sheet, not the HTML.
+        let mut w = generate_page(&page_specs()[1]);
+        let leaf = (1..w.objects.len())
+            .find(|&i| w.objects[i].parent == Some(0) && w.children(i).is_empty())
+            .unwrap();
+        w.objects[leaf].kind = Kind::Font;
+        let e = format!("{:#}", w.validate().unwrap_err());
+        assert!(e.contains("cannot reference a Font"), "{e}");
     }
 }
