@@ -15,6 +15,7 @@ pub mod floor;
 pub mod load;
 pub mod model;
 pub mod origin;
+pub mod pagemodel;
 pub mod plots;
 pub mod replay;
 pub mod results;

@@ -106,7 +106,11 @@ impl Site {
 /// 1.23.4, Debian 12's included, enables only up to TLS 1.2 by default, whose full handshake
 /// takes two round trips. Every response carries `Timing-Allow-Origin: *` so that a page's
 /// Resource Timing shows the body size of other host names' objects, which the Chromium client
-/// checks (24 bytes more per response, for every system alike).
+/// checks (24 bytes more per response, for every system alike). A request with an `Origin`
+/// header (a CORS request: fonts, and style sheets a page links from another host with
+/// `crossorigin`) is answered with `Access-Control-Allow-Origin: *`, as font hosts and CDNs
+/// answer it; a browser refuses a font from another host without it. Other responses (every
+/// response of the seeds' pages) do not carry it.
 pub fn nginx_conf(dir: &Path, hosts: &[(String, IpAddr)]) -> String {
     let d = dir.display();
     let mut s = format!(
@@ -117,7 +121,8 @@ pub fn nginx_conf(dir: &Path, hosts: &[(String, IpAddr)]) -> String {
          \x20 keepalive_timeout 120s;\n  keepalive_requests 100000;\n\
          \x20 client_body_temp_path {d}/tmp/body;\n  proxy_temp_path {d}/tmp/proxy;\n\
          \x20 fastcgi_temp_path {d}/tmp/fastcgi;\n  uwsgi_temp_path {d}/tmp/uwsgi;\n  scgi_temp_path {d}/tmp/scgi;\n\
-         \x20 types {{ text/html html; text/css css; application/javascript js; image/png png; application/octet-stream bin; }}\n\
+         \x20 types {{ text/html html; text/css css; application/javascript js; image/png png; font/woff2 woff2; application/octet-stream bin; }}\n\
+         \x20 map $http_origin $longhaul_acao {{ \"\" \"\"; default \"*\"; }}\n\
          \x20 ssl_certificate {d}/origin.pem;\n  ssl_certificate_key {d}/origin.key;\n\
          \x20 ssl_protocols TLSv1.2 TLSv1.3;\n\
          \x20 ssl_session_cache off;\n  ssl_session_tickets off;\n"
@@ -125,7 +130,7 @@ pub fn nginx_conf(dir: &Path, hosts: &[(String, IpAddr)]) -> String {
     for (h, ip) in hosts {
         let _ = writeln!(
             s,
-            "  server {{ listen {ip}:80; listen {ip}:443 ssl; server_name {h}; root {d}/www/{h}; etag off; add_header Timing-Allow-Origin \"*\" always; }}"
+            "  server {{ listen {ip}:80; listen {ip}:443 ssl; server_name {h}; root {d}/www/{h}; etag off; add_header Timing-Allow-Origin \"*\" always; add_header Access-Control-Allow-Origin $longhaul_acao always; }}"
         );
     }
     s.push_str("}\n");
@@ -221,6 +226,13 @@ mod tests {
             "{conf}"
         );
         assert!(conf.contains("server_name l.yimg.test"));
+        // CORS requests (an `Origin` header: fonts, cross-host style sheets) are allowed; other
+        // responses carry no Access-Control header.
+        assert!(
+            conf.contains("map $http_origin $longhaul_acao { \"\" \"\"; default \"*\"; }"),
+            "{conf}"
+        );
+        assert!(conf.contains("add_header Access-Control-Allow-Origin $longhaul_acao always;"));
         // nginx before 1.23.4 (Debian 12 ships 1.22) offers only TLS 1.2 unless told otherwise.
         assert!(conf.contains("ssl_protocols TLSv1.2 TLSv1.3;"), "{conf}");
         assert!(std::fs::read_to_string(&site.ca_pem)

@@ -11,7 +11,7 @@ pub enum Ids {
     Listed(&'static [&'static str]),
     /// Every workload (pages, bulk, mixed).
     AllWorkloads,
-    /// Every page model.
+    /// Every page: the seeds' and the built-in page models.
     AllPages,
 }
 
@@ -21,10 +21,7 @@ impl Ids {
         match self {
             Ids::Listed(ids) => ids.iter().map(|s| s.to_string()).collect(),
             Ids::AllWorkloads => workload::all_ids(),
-            Ids::AllPages => workload::page_specs()
-                .iter()
-                .map(|s| s.id.to_string())
-                .collect(),
+            Ids::AllPages => workload::page_ids(),
         }
     }
 }
@@ -169,5 +166,13 @@ mod tests {
         // The full suite's browser loads every page model, no bulk or mixed load.
         let pages = FULL.browser_workloads.resolve();
         assert!(!pages.is_empty() && !pages.iter().any(|p| p == "bulk"));
+        // The page model of today's median page runs beside the seeds' pages in the full suite,
+        // for both clients.
+        assert!(pages.iter().any(|p| p == "almanac-2024-median"));
+        assert!(FULL
+            .workloads
+            .resolve()
+            .iter()
+            .any(|p| p == "almanac-2024-median"));
     }
 }

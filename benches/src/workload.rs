@@ -1,10 +1,13 @@
 //! Page models and bulk transfers taken from the seeds, generated deterministically and stored as
-//! TOML data files (`benches/workloads/*.toml`).
+//! TOML data files (`benches/workloads/*.toml`), and the page models built from published
+//! statistics (`crate::pagemodel`), whose files are their own source.
 //!
 //! A [`Workload`] lists host names and objects; every object has a size in bytes and a discovery
 //! level: level 0 is the HTML, level 1 what the HTML references (CSS and JS), level 2 what the CSS
-//! references (images). [`Workload::body`] renders the exact bytes the origin serves for an object,
-//! so a real browser discovers the objects level by level just as the replay client does.
+//! references (images), and so on: a page model (`crate::pagemodel`) may go deeper (a script
+//! that injects a script, fonts from a style sheet another style sheet imports).
+//! [`Workload::body`] renders the exact bytes the origin serves for an object, so a real browser
+//! discovers the objects level by level just as the replay client does.
 //!
 //! This module does not serve or fetch anything; see `origin` and `replay`.
 
@@ -65,6 +68,8 @@ pub enum Kind {
     Js,
     /// An image (level 2).
     Image,
+    /// A web font, declared by a style sheet's `@font-face` and used by the page's text.
+    Font,
     /// A large download (level 0, no references).
     Bulk,
 }
@@ -77,6 +82,7 @@ impl Kind {
             Kind::Css => "text/css",
             Kind::Js => "application/javascript",
             Kind::Image => "image/png",
+            Kind::Font => "font/woff2",
             Kind::Bulk => "application/octet-stream",
         }
     }
@@ -185,9 +191,22 @@ pub fn page_specs() -> Vec<PageSpec> {
     ]
 }
 
-/// Ids of every workload the generator makes, pages first.
+/// Ids of every page: the seeds' pages, then the built-in page models
+/// ([`crate::pagemodel::BUILT_IN`]).
+pub fn page_ids() -> Vec<String> {
+    let seeds = page_specs().into_iter().map(|s| s.id.to_string());
+    seeds
+        .chain(
+            crate::pagemodel::BUILT_IN
+                .iter()
+                .map(|(id, _)| id.to_string()),
+        )
+        .collect()
+}
+
+/// Ids of every built-in workload, pages first.
 pub fn all_ids() -> Vec<String> {
-    let mut ids: Vec<String> = page_specs().iter().map(|s| s.id.to_string()).collect();
+    let mut ids = page_ids();
     ids.push("bulk".into());
     ids.push("mixed".into());
     ids
@@ -195,7 +214,7 @@ pub fn all_ids() -> Vec<String> {
 
 /// Draws `n` sizes in bytes from seed 003's distribution, scaled so they sum to `total` when
 /// given (the last object absorbs rounding).
-fn draw_sizes(rng: &mut ChaCha8Rng, n: usize, total: Option<u64>) -> Vec<u64> {
+pub(crate) fn draw_sizes(rng: &mut ChaCha8Rng, n: usize, total: Option<u64>) -> Vec<u64> {
     if n == 0 {
         return Vec::new();
     }
@@ -361,6 +380,7 @@ pub fn generate_mixed() -> Workload {
 /// Every workload, in [`all_ids`] order.
 pub fn generate_all() -> Vec<Workload> {
     let mut v: Vec<Workload> = page_specs().iter().map(generate_page).collect();
+    v.extend(crate::pagemodel::built_in());
     v.push(generate_bulk());
     v.push(generate_mixed());
     v
@@ -445,13 +465,52 @@ pub fn png(size: u64) -> PngBody {
     PngBody { head, zeros, tail }
 }
 
+/// Which kinds may reference which, as [`Workload::body`] renders the reference: the HTML links
+/// style sheets, scripts and images; a style sheet imports style sheets, sets background images
+/// and declares fonts; a script inserts scripts and starts images.
+pub fn may_reference(parent: Kind, child: Kind) -> bool {
+    matches!(
+        (parent, child),
+        (Kind::Html, Kind::Css | Kind::Js | Kind::Image)
+            | (Kind::Css, Kind::Css | Kind::Image | Kind::Font)
+            | (Kind::Js, Kind::Js | Kind::Image)
+    )
+}
+
+/// Checks a workload id: non-empty ASCII letters, digits or `-` (it names results and files).
+pub fn check_id(id: &str) -> Result<()> {
+    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+        bail!("workload id {id:?} must be non-empty ASCII letters, digits or '-'");
+    }
+    Ok(())
+}
+
+/// Checks a host name: ASCII letters, digits, `-` and `.` only, at most 253 characters.
+pub fn check_host(h: &str) -> Result<()> {
+    if h.is_empty()
+        || h.len() > 253
+        || h.starts_with('.')
+        || h.ends_with('.')
+        || !h
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    {
+        bail!("host name {h:?} is not a plain DNS name");
+    }
+    Ok(())
+}
+
 /// Sub-resources a page may have for the Chromium client to account for every one: the Resource
 /// Timing buffer's default size, which the page does not raise.
 pub const MAX_BROWSER_SUBRESOURCES: usize = 250;
 
 impl Workload {
-    /// Parses a workload file and checks it.
+    /// Parses a workload file and checks it: a page model (`[[group]]`s, expanded by
+    /// [`crate::pagemodel`]) or an expanded workload (`[[objects]]`).
     pub fn from_toml(text: &str) -> Result<Workload> {
+        if crate::pagemodel::is_model(text) {
+            return crate::pagemodel::PageModel::from_toml(text)?.expand();
+        }
         let w: Workload = toml::from_str(text).context("parsing workload TOML")?;
         w.validate()?;
         Ok(w)
@@ -476,17 +535,7 @@ impl Workload {
 
     /// Checks the invariants the clients and the origin rely on.
     pub fn validate(&self) -> Result<()> {
-        if self.id.is_empty()
-            || !self
-                .id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-')
-        {
-            bail!(
-                "workload id {:?} must be non-empty ASCII letters, digits or '-'",
-                self.id
-            );
-        }
+        check_id(&self.id)?;
         if let Some(m) = &self.mixed {
             if !self.objects.is_empty() {
                 bail!("mixed workload {} must not list objects", self.id);
@@ -500,13 +549,7 @@ impl Workload {
             bail!("workload {} has no objects", self.id);
         }
         for h in &self.hosts {
-            if h.is_empty()
-                || !h
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
-            {
-                bail!("host name {h:?} is not a plain DNS name");
-            }
+            check_host(h)?;
         }
         let mut paths = std::collections::BTreeSet::new();
         for (i, o) in self.objects.iter().enumerate() {
@@ -537,6 +580,31 @@ impl Workload {
                     "object {} must reference an earlier object one level up",
                     o.path
                 ),
+            }
+            if let Some(p) = o.parent {
+                let pk = self.objects[p].kind;
+                if !may_reference(pk, o.kind) {
+                    bail!(
+                        "object {}: a {pk:?} cannot reference a {:?}",
+                        o.path,
+                        o.kind
+                    );
+                }
+                // See `crate::pagemodel`: what an imported style sheet from another host than
+                // the page loads is hidden from the Chromium client's check.
+                let importer = self.objects[p].parent.map(|g| self.objects[g].kind);
+                if pk == Kind::Css
+                    && importer == Some(Kind::Css)
+                    && self.objects[p].host != self.objects[0].host
+                {
+                    bail!(
+                        "object {}: referenced by an imported style sheet on {}, not on the \
+                         page's host {}",
+                        o.path,
+                        self.objects[p].host,
+                        self.objects[0].host
+                    );
+                }
             }
         }
         Ok(())
@@ -572,15 +640,39 @@ impl Workload {
     fn reference(&self, i: usize) -> String {
         let o = &self.objects[i];
         match (o.kind, self.objects[o.parent.unwrap_or(0)].kind) {
+            (Kind::Css, Kind::Css) => format!("@import url(//{}{});\n", o.host, o.path),
+            // A style sheet from another host than the page is fetched with CORS, as a site
+            // linking a CDN's style sheet with `crossorigin` does: Resource Timing (which the
+            // Chromium client checks) leaves out whatever a style sheet fetched without CORS
+            // from another host loads (it is not "origin-clean").
+            (Kind::Css, _) if o.host != self.objects[0].host => format!(
+                "<link rel=\"stylesheet\" crossorigin href=\"//{}{}\">\n",
+                o.host, o.path
+            ),
             (Kind::Css, _) => format!(
                 "<link rel=\"stylesheet\" href=\"//{}{}\">\n",
+                o.host, o.path
+            ),
+            (Kind::Js, Kind::Js) => format!(
+                "(function(d){{var s=d.createElement('script');s.src='//{}{}';\
+                 d.head.appendChild(s)}})(document);\n",
                 o.host, o.path
             ),
             (Kind::Js, _) => format!("<script src=\"//{}{}\"></script>\n", o.host, o.path),
             (Kind::Image, Kind::Css) => {
                 format!(".i{i}{{background-image:url(//{}{})}}\n", o.host, o.path)
             }
+            (Kind::Image, Kind::Js) => format!(
+                "(window.lhImg=window.lhImg||[]).push(new Image());\
+                 lhImg[lhImg.length-1].src='//{}{}';\n",
+                o.host, o.path
+            ),
             (Kind::Image, _) => format!("<img src=\"//{}{}\">\n", o.host, o.path),
+            (Kind::Font, _) => format!(
+                "@font-face{{font-family:f{i};src:url(//{}{}) format(\"woff2\")}}\n\
+                 .f{i}{{font-family:f{i}}}\n",
+                o.host, o.path
+            ),
             _ => String::new(),
         }
     }
@@ -602,25 +694,35 @@ impl Workload {
                         head.push_str(&r);
                     }
                 }
-                // Elements that use the style sheets' background images (level 2).
+                // Elements that use the style sheets' background images and fonts, wherever
+                // those style sheets are.
                 for (j, x) in self.objects.iter().enumerate() {
-                    if x.kind == Kind::Image && x.level == 2 {
-                        body.push_str(&format!("<div class=\"i{j}\"></div>\n"));
+                    let by_css = x.parent.is_some_and(|p| self.objects[p].kind == Kind::Css);
+                    match x.kind {
+                        Kind::Image if by_css => {
+                            body.push_str(&format!("<div class=\"i{j}\"></div>\n"))
+                        }
+                        Kind::Font if by_css => {
+                            body.push_str(&format!("<p class=\"f{j}\">longhaul</p>\n"))
+                        }
+                        _ => {}
                     }
                 }
                 body.push_str(TIMING_SCRIPT);
                 body.push('\n');
                 (format!("{head}{body}<!--"), "-->\n</body></html>\n".into())
             }
-            Kind::Css => {
+            Kind::Css | Kind::Js => {
+                // A style sheet's `@import`s must come before its other rules.
+                let mut kids = kids;
+                kids.sort_by_key(|&k| self.objects[k].kind != Kind::Css);
                 let mut s = String::new();
                 for &k in &kids {
                     s.push_str(&self.reference(k));
                 }
                 (format!("{s}/*"), "*/\n".into())
             }
-            Kind::Js => ("/*".into(), "*/\n".into()),
-            Kind::Image | Kind::Bulk => (String::new(), String::new()),
+            Kind::Image | Kind::Font | Kind::Bulk => (String::new(), String::new()),
         }
     }
 
@@ -786,5 +888,13 @@ mod tests {
         let mut w = generate_page(&page_specs()[1]);
         w.objects[3].host = "evil.test".into();
         assert!(w.validate().is_err());
+        // A font must come from a style sheet, not the HTML.
+        let mut w = generate_page(&page_specs()[1]);
+        let leaf = (1..w.objects.len())
+            .find(|&i| w.objects[i].parent == Some(0) && w.children(i).is_empty())
+            .unwrap();
+        w.objects[leaf].kind = Kind::Font;
+        let e = format!("{:#}", w.validate().unwrap_err());
+        assert!(e.contains("cannot reference a Font"), "{e}");
     }
 }

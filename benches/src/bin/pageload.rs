@@ -32,7 +32,8 @@ struct Cli {
 enum Cmd {
     /// Print the workloads, or regenerate the data files from the seeds' numbers.
     Workloads {
-        /// Write every workload as DIR/ID.toml (deterministic).
+        /// Write every seed workload as DIR/ID.toml (deterministic); the page models' files
+        /// (almanac-2024-median.toml) are their own source and are not written.
         #[arg(long)]
         write: Option<PathBuf>,
     },
@@ -106,9 +107,15 @@ struct SuiteArgs {
     /// --profiles the suite runs these profiles only.
     #[arg(long = "profile-file")]
     profile_files: Vec<PathBuf>,
-    /// Workload ids (comma-separated).
+    /// Workload ids (comma-separated): built-in ones, or ids of --workload-file page models.
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
+    /// A page model of your own, from a TOML file (the format of
+    /// benches/workloads/almanac-2024-median.toml: `id`, `source`, `seed`, `hosts` and
+    /// `[[group]]`s of objects). Repeatable. Without --workloads the suite (and its Chromium
+    /// client) runs these pages only.
+    #[arg(long = "workload-file")]
+    workload_files: Vec<PathBuf>,
     /// System ids (comma-separated): direct, single-proxy, squid-chain, haproxy-h2,
     /// longhaul-tcp, longhaul-quic.
     #[arg(long, value_delimiter = ',')]
@@ -260,14 +267,14 @@ fn report(dir: &Path) -> Result<()> {
          not have finished: cells not listed were not measured). Settings: {}.",
         settings.join("; ")
     );
-    write_run(
-        dir,
-        &default_workloads_dir(),
-        "pageload report",
-        &pre,
-        &rows,
-        &load,
-    )?;
+    // A run's own copy of its workloads (with any --workload-file pages), if it has one.
+    let own = dir.join("workloads");
+    let workloads_dir = if own.is_dir() {
+        own
+    } else {
+        default_workloads_dir()
+    };
+    write_run(dir, &workloads_dir, "pageload report", &pre, &rows, &load)?;
     println!("{}", dir.join("summary.md").display());
     Ok(())
 }
@@ -322,11 +329,17 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         specs.extend(v);
         main_variants.extend(m);
     }
-    let workloads = a.workloads.clone().unwrap_or_else(|| d.workloads.resolve());
-    let known = workload::all_ids();
+    let custom_workloads = read_workload_files(&a.workload_files)?;
+    let workloads = match (&a.workloads, custom_workloads.is_empty()) {
+        (Some(w), _) => w.clone(),
+        (None, false) => custom_workloads.iter().map(|(w, _)| w.id.clone()).collect(),
+        (None, true) => d.workloads.resolve(),
+    };
+    let mut known = workload::all_ids();
+    known.extend(custom_workloads.iter().map(|(w, _)| w.id.clone()));
     for w in &workloads {
         if !known.contains(w) {
-            bail!("unknown workload {w:?} (one of {known:?})");
+            bail!("unknown workload {w:?}: give a built-in one or the id of a --workload-file ({known:?})");
         }
     }
     // The full suite compares every system on every page at longhaul's main variant, and
@@ -356,7 +369,7 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
     Ok(Suite {
         name: name.into(),
         profiles,
-        chromium_workloads: if a.workloads.is_some() {
+        chromium_workloads: if a.workloads.is_some() || !custom_workloads.is_empty() {
             workloads.clone()
         } else {
             d.browser_workloads.resolve()
@@ -381,7 +394,54 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         resume: a.resume,
         peer_initcwnd: a.peer_initcwnd,
         custom_profiles,
+        custom_workloads: custom_workloads.into_iter().map(|(w, _)| w).collect(),
     })
+}
+
+/// Reads `--workload-file` page models: each checked and expanded once, its id not a built-in
+/// workload's nor another file's. Returns each workload with its file's text (copied into the
+/// run directory, where the clients read it).
+fn read_workload_files(paths: &[PathBuf]) -> Result<Vec<(Workload, String)>> {
+    let mut out: Vec<(Workload, String)> = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading workload file {}", path.display()))?;
+        let w = longhaul_benches::pagemodel::PageModel::from_toml(&text)
+            .and_then(|m| m.expand())
+            .with_context(|| format!("in workload file {}", path.display()))?;
+        if workload::all_ids().contains(&w.id) {
+            bail!(
+                "workload id {:?} in {} is a built-in workload's; name yours differently",
+                w.id,
+                path.display()
+            );
+        }
+        if out.iter().any(|(o, _)| o.id == w.id) {
+            bail!("two workload files have the id {:?}", w.id);
+        }
+        out.push((w, text));
+    }
+    Ok(out)
+}
+
+/// The run's own workloads directory, `OUT/workloads`: a copy of `from` (the built-in files)
+/// and the `--workload-file` models as `ID.toml`. The clients (`replay-once`, `load-once`) and
+/// `pageload report` read the pages from it, and it records what the run loaded.
+fn run_workloads_dir(out: &Path, from: &Path, files: &[(Workload, String)]) -> Result<PathBuf> {
+    let dir = out.join("workloads");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for e in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let to = dir.join(p.file_name().expect("a file"));
+            std::fs::copy(&p, &to)
+                .with_context(|| format!("copying {} to {}", p.display(), to.display()))?;
+        }
+    }
+    for (w, text) in files {
+        std::fs::write(dir.join(format!("{}.toml", w.id)), text)?;
+    }
+    Ok(dir)
 }
 
 /// Reads `--profile-file` profiles. Each must be named, with a name that can be a directory
@@ -492,6 +552,11 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
         a.workloads_dir
             .clone()
             .unwrap_or_else(default_workloads_dir),
+    )?;
+    let workloads_dir = run_workloads_dir(
+        &out,
+        &workloads_dir,
+        &read_workload_files(&a.workload_files)?,
     )?;
     let bed_kind = a.bed.clone();
     let custom = s.custom_profiles.clone();
@@ -727,7 +792,9 @@ fn workloads(write: Option<PathBuf>) -> Result<()> {
     let all = workload::generate_all();
     if let Some(dir) = write {
         std::fs::create_dir_all(&dir)?;
-        for w in &all {
+        // The page models' files are their own source, not generated.
+        let models = longhaul_benches::pagemodel::BUILT_IN.map(|(id, _)| id);
+        for w in all.iter().filter(|w| !models.contains(&w.id.as_str())) {
             let text = format!(
                 "# Generated by `pageload workloads --write`; do not edit.\n{}",
                 w.to_toml()?
@@ -799,6 +866,106 @@ mod tests {
             build_suite("quick", &a).unwrap().profiles,
             ["satellite", "satellite-clean"]
         );
+    }
+
+    /// A small page model file with id `id`.
+    fn model(id: &str) -> String {
+        format!(
+            "id = \"{id}\"\nsource = \"test\"\nhosts = [\"www.x.test\", \"cdn.y.test\"]\n\
+             [[group]]\nname = \"page\"\nkind = \"html\"\ncount = 1\nkb = 5\nhosts = [\"www.x.test\"]\n\
+             [[group]]\nname = \"js\"\nkind = \"js\"\ncount = 3\nkb = 30\nhosts = [\"cdn.y.test\"]\nparent = \"page\"\n"
+        )
+    }
+
+    #[test]
+    fn a_workload_file_is_read_checked_and_selected_by_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = write(dir.path(), "mine.toml", &model("my-page"));
+        let f = f.to_str().unwrap();
+        // Without --workloads the files' pages are the suite's only ones, for Chromium too.
+        let s = build_suite("quick", &suite_args(&["--workload-file", f])).unwrap();
+        assert_eq!(s.workloads, ["my-page"]);
+        assert_eq!(s.chromium_workloads, ["my-page"]);
+        assert_eq!(s.custom_workloads[0].objects.len(), 4);
+        assert_eq!(s.custom_workloads[0].hosts.len(), 2);
+        // With --workloads, built-in and file pages mix in the order given.
+        let a = suite_args(&["--workload-file", f, "--workloads", "yahoo,my-page"]);
+        let s = build_suite("quick", &a).unwrap();
+        assert_eq!(s.workloads, ["yahoo", "my-page"]);
+        // The page is part of what a resumed run must match.
+        assert!(s
+            .profile_settings("pacific")
+            .contains("workload_files=[\"my-page:"));
+        // The run's own directory holds the built-in files and the page model, which loads
+        // as the same workload.
+        let out = tempfile::tempdir().unwrap();
+        let files = read_workload_files(&[PathBuf::from(f)]).unwrap();
+        let wd = run_workloads_dir(out.path(), &default_workloads_dir(), &files).unwrap();
+        assert_eq!(
+            Workload::load(&wd, "my-page").unwrap(),
+            s.custom_workloads[0]
+        );
+        assert_eq!(
+            Workload::load(&wd, "almanac-2024-median")
+                .unwrap()
+                .objects
+                .len(),
+            71
+        );
+        Workload::load(&wd, "yahoo").unwrap();
+    }
+
+    #[test]
+    fn bad_workload_files_and_unknown_workloads_are_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let err =
+            |args: &[&str]| format!("{:#}", build_suite("quick", &suite_args(args)).unwrap_err());
+        let builtin = write(dir.path(), "a.toml", &model("yahoo"));
+        let e = err(&["--workload-file", builtin.to_str().unwrap()]);
+        assert!(e.contains("is a built-in workload's"), "{e}");
+        let ok = write(dir.path(), "b.toml", &model("mine"));
+        let ok = ok.to_str().unwrap();
+        let e = err(&["--workload-file", ok, "--workload-file", ok]);
+        assert!(e.contains("two workload files have the id \"mine\""), "{e}");
+        let bad_ref = write(
+            dir.path(),
+            "c.toml",
+            &model("mine").replace("parent = \"page\"", "parent = \"html\""),
+        );
+        let e = err(&["--workload-file", bad_ref.to_str().unwrap()]);
+        assert!(
+            e.contains("c.toml") && e.contains("parent \"html\" is not a group"),
+            "{e}"
+        );
+        let zero = write(
+            dir.path(),
+            "d.toml",
+            &model("mine").replace("kb = 30", "kb = 0"),
+        );
+        let e = err(&["--workload-file", zero.to_str().unwrap()]);
+        assert!(e.contains("group \"js\"") && e.contains("positive"), "{e}");
+        let negative = write(
+            dir.path(),
+            "e.toml",
+            &model("mine").replace("count = 3", "count = -3"),
+        );
+        let e = err(&["--workload-file", negative.to_str().unwrap()]);
+        assert!(e.contains("`count` is -3"), "{e}");
+        let host = write(
+            dir.path(),
+            "f.toml",
+            &model("mine").replace("hosts = [\"cdn.y.test\"]", "hosts = [\"cdn.z.test\"]"),
+        );
+        let e = err(&["--workload-file", host.to_str().unwrap()]);
+        assert!(
+            e.contains("\"cdn.z.test\" is not in the model's `hosts`"),
+            "{e}"
+        );
+        let e = err(&["--workloads", "yahooo"]);
+        assert!(e.contains("unknown workload \"yahooo\""), "{e}");
+        let missing = dir.path().join("missing.toml");
+        let e = err(&["--workload-file", missing.to_str().unwrap()]);
+        assert!(e.contains("reading workload file"), "{e}");
     }
 
     #[test]

@@ -79,6 +79,8 @@ pub struct Suite {
     pub peer_initcwnd: Option<u32>,
     /// Profiles read from files (`pageload --profile-file`), selected in `profiles` by name.
     pub custom_profiles: Vec<testbed::Profile>,
+    /// Page models read from files (`pageload --workload-file`), selected in `workloads` by id.
+    pub custom_workloads: Vec<Workload>,
 }
 
 impl Suite {
@@ -140,11 +142,28 @@ impl Suite {
     /// The settings a checkpoint of `profile` must match: [`Suite::settings`], and for a profile
     /// read from a file also its definition, so that a resumed run cannot mix two versions of
     /// the file.
+    /// A run with `--workload-file` pages also records a digest of their expanded objects, so that a resumed
+    /// run cannot mix two versions of a file either.
     pub fn profile_settings(&self, profile: &str) -> String {
-        match self.custom_profiles.iter().find(|p| p.name == profile) {
+        let mut s = match self.custom_profiles.iter().find(|p| p.name == profile) {
             Some(p) => format!("{} profile={p:?}", self.settings()),
             None => self.settings(),
+        };
+        if !self.custom_workloads.is_empty() {
+            let files: Vec<String> = self
+                .custom_workloads
+                .iter()
+                .map(|w| {
+                    format!(
+                        "{}:{:08x}",
+                        w.id,
+                        crc32fast::hash(format!("{w:?}").as_bytes())
+                    )
+                })
+                .collect();
+            s.push_str(&format!(" workload_files={files:?}"));
         }
+        s
     }
 
     /// The Debian programs this suite starts: nginx (the origin) always, then those of its
@@ -341,6 +360,7 @@ mod tests {
             resume: false,
             peer_initcwnd: None,
             custom_profiles: Vec::new(),
+            custom_workloads: Vec::new(),
         }
     }
 
