@@ -188,7 +188,7 @@ pub async fn run<T: Transport>(
             r = proxy.accept() => match r {
                 Ok((sock, peer)) if conns.len() >= limit => {
                     // A client not allowed in is not told anything about the proxy.
-                    let allowed = ctx.settings.allowed_clients.iter().any(|n| n.contains(&peer.ip()));
+                    let allowed = ctx.settings.client_allowed(peer.ip());
                     refusals.refuse(sock, allowed, limit);
                 }
                 Ok((sock, peer)) => {
