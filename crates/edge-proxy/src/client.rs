@@ -87,7 +87,7 @@ pub struct Settings {
 
 impl Settings {
     /// Whether `ip` may use the proxy (`allowed_clients`): the one client check of every
-    /// listener.
+    /// listener (explicit, intercepted, SOCKS5).
     pub fn client_allowed(&self, ip: std::net::IpAddr) -> bool {
         self.allowed_clients.iter().any(|n| n.contains(&ip))
     }
@@ -98,8 +98,9 @@ impl Settings {
     }
 }
 
-/// The port policy of tunnels (`connect_ports`): `port` must be in `allowed`, unless `allowed`
-/// is empty (any port); otherwise the target is refused (403 `forbidden-target`).
+/// The port policy of tunnels, for HTTP CONNECT (`connect_ports`) and SOCKS5 CONNECT
+/// (`socks.connect_ports`) alike: `port` must be in `allowed`, unless `allowed` is empty (any
+/// port); otherwise the target is refused (403 `forbidden-target`, SOCKS5 reply 0x02).
 pub fn check_port(allowed: &[u16], port: u16) -> Result<(), EdgeError> {
     if allowed.is_empty() || allowed.contains(&port) {
         Ok(())

@@ -3,7 +3,8 @@
 //! CONNECT is answered either optimistically (`200` at once, the stream is a `Tunnel` whose far
 //! side connects while the client already sends its TLS hello) or after the far side connected
 //! (the CONNECT request itself travels on an `Http` stream and the remote answers with a status).
-//! A far-side failure closes the tunnel and is logged with its reason.
+//! A far-side failure closes the tunnel and is logged with its reason. SOCKS5 CONNECT
+//! ([`crate::socks`]) opens its tunnels the same two ways ([`connect_first`], [`pump_with_prefix`]).
 //!
 //! It does NOT look inside tunnels: HTTPS stays end-to-end encrypted.
 
