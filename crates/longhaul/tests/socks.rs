@@ -177,6 +177,35 @@ fn curl_socks5_hostname_fetches_http_and_https_and_the_far_side_resolves() {
         pair.remote.log_text()
     );
 
+    // An IPv6 literal, with the client's request bytes sent before the reply (all in one
+    // write): they ride with the stream's opening.
+    let v6 = std::net::TcpListener::bind("[::1]:0").unwrap();
+    let v6_port = v6.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        if let Ok((mut c, _)) = v6.accept() {
+            let head = read_head(&mut c);
+            let body = format!("v6 saw: {}", head.lines().next().unwrap_or(""));
+            let _ = write!(
+                c,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let mut s = connect(pair.edge_addr_socks(sport));
+    let mut all = vec![5, 1, 0];
+    all.extend(connect_to(Addr::V6(std::net::Ipv6Addr::LOCALHOST), v6_port));
+    all.extend_from_slice(b"GET /six HTTP/1.1\r\nHost: x\r\n\r\n");
+    s.write_all(&all).unwrap();
+    assert_eq!(read_n(&mut s, 2), [5, 0]);
+    assert_eq!(read_n(&mut s, 10), [5, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.ends_with("v6 saw: GET /six HTTP/1.1"), "{reply}");
+    // The record is written when both directions ended.
+    drop(s);
+    wait_log(&pair.edge, &format!("target=\"[::1]:{v6_port}\""));
+
     // Optimistic (the default): success is answered at once; a target the far side cannot
     // reach then ends the connection, with the reason in the edge's log.
     let closed = free_port();

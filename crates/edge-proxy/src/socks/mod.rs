@@ -141,16 +141,26 @@ pub(crate) async fn serve<T: Transport>(
     };
     let target = hs.request.authority().target();
     let user = hs.user.as_deref();
-    if let Err(err) = client::check_port(&socks.connect_ports, hs.request.port) {
+    let checked = if !allowed {
+        Err(EdgeError::ForbiddenClient(peer.ip()))
+    } else if hs.request.command != Command::CONNECT {
+        Err(EdgeError::SocksCommand(format!(
+            "{:?} (only CONNECT is carried)",
+            hs.request.command
+        )))
+    } else {
+        client::check_port(&socks.connect_ports, hs.request.port)
+    };
+    if let Err(err) = checked {
         refuse(&mut sock, peer, &target, &err, user, started).await;
         return;
     }
     connect(&ctx, sock, peer, &target, user, hs.early, started).await;
 }
 
-/// Greeting, authentication and request. A client outside `allowed_clients` is not asked for
-/// credentials: it gets "connection not allowed by ruleset" to its request when it offered
-/// "no authentication", "no acceptable methods" otherwise.
+/// Greeting, authentication and request (any command: the caller answers it). A client outside
+/// `allowed_clients` is not asked for credentials: it gets "connection not allowed by ruleset"
+/// to its request when it offered "no authentication", "no acceptable methods" otherwise.
 async fn handshake(
     socks: &Settings,
     sock: &mut TcpStream,
@@ -217,15 +227,6 @@ async fn handshake(
             ))))
         }
     };
-    if !allowed {
-        return Err(Stop::Refuse(EdgeError::ForbiddenClient(peer.ip())));
-    }
-    if request.command != Command::CONNECT {
-        return Err(Stop::Refuse(EdgeError::SocksCommand(format!(
-            "{:?} (only CONNECT is carried)",
-            request.command
-        ))));
-    }
     Ok(Handshake {
         request,
         user,
@@ -257,7 +258,8 @@ async fn read_message<M>(
                 return Err(Stop::Close {
                     outcome: CLIENT_GONE,
                     detail: format!(
-                        "the client closed during the SOCKS5 handshake after {} bytes",
+                        "the client closed during the SOCKS5 handshake ({} bytes of a message \
+                         pending)",
                         buf.len()
                     ),
                 })
@@ -308,7 +310,7 @@ async fn close(
     detail: String,
     started: Instant,
 ) {
-    tracing::info!(%peer, target, outcome, reason = %detail, "SOCKS5 connection refused");
+    tracing::info!(%peer, target, outcome, reason = %detail, "SOCKS5 connection ended without a tunnel");
     let record = Access {
         outcome,
         detail: detail.into(),
