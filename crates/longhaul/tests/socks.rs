@@ -234,19 +234,28 @@ fn passwords_and_refusals_get_rfc_reply_codes() {
     let origin = start_nginx(&[("small", 1000)]);
     let sport = free_port();
     let closed = free_port();
+    // A target that never answers: a listener whose accept queue (backlog 0) is full drops
+    // further SYNs, so the far side's connect times out.
+    let silent = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    silent
+        .bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into())
+        .unwrap();
+    silent.listen(0).unwrap();
+    let silent_port = silent.local_addr().unwrap().as_socket().unwrap().port();
+    let _queued = TcpStream::connect(("127.0.0.1", silent_port)).unwrap();
     let conf_dir = tempfile::tempdir().unwrap();
     let conf = conf_dir.path().join("edge.toml");
     std::fs::write(
         &conf,
         format!(
-            "[socks]\nhandshake_timeout_ms = 700\nconnect_ports = [{}, {closed}]\n\
+            "[socks]\nhandshake_timeout_ms = 700\nconnect_ports = [{}, {closed}, {silent_port}]\n\
          [[socks.users]]\nname = \"alice\"\npassword = \"correct horse\"\n",
             origin.http
         ),
     )
     .unwrap();
     let pair = start_pair(
-        "",
+        "origin_connect_timeout_ms = 500\n",
         &[
             "--config",
             conf.to_str().unwrap(),
@@ -327,6 +336,11 @@ fn passwords_and_refusals_get_rfc_reply_codes() {
             connect_to(Addr::V4(Ipv4Addr::LOCALHOST), closed),
             0x05,
         ),
+        (
+            "timeout",
+            connect_to(Addr::V4(Ipv4Addr::LOCALHOST), silent_port),
+            0x06,
+        ),
         // What the edge does not carry.
         (
             "BIND",
@@ -371,6 +385,7 @@ fn passwords_and_refusals_get_rfc_reply_codes() {
         "forbidden-target",
         "dns-failed",
         "connect-failed",
+        "origin-timeout",
         "not-implemented",
         "bad-request",
         "header-timeout",
@@ -379,6 +394,9 @@ fn passwords_and_refusals_get_rfc_reply_codes() {
     }
     let log = pair.edge.log_text();
     assert!(log.contains("reply 0x05 (connection refused)"), "{log}");
+    // The remote's reason reaches the edge's log.
+    assert!(log.contains("Connection refused (os error 111)"), "{log}");
+    assert!(log.contains("reply 0x06 (TTL expired)"), "{log}");
     assert!(!log.contains("correct horse"), "a password reached the log");
 }
 

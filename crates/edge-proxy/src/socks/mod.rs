@@ -320,6 +320,37 @@ async fn close(
     record.log();
 }
 
+/// Longest body of the remote's refusal read for its reason (its synthetic replies are one line).
+const MAX_FAR_REASON: u64 = 4096;
+/// Longest wait for that body.
+const FAR_REASON_WAIT: Duration = Duration::from_secs(1);
+
+/// The one-line reason in the body of the remote's synthetic refusal (`502 Bad Gateway:
+/// <reason>`), if it is short and arrives at once.
+async fn far_reason<R: tokio::io::AsyncRead + Unpin>(
+    head: &http1::ResponseHead,
+    srd: &mut R,
+    sbuf: &mut BytesMut,
+) -> Option<String> {
+    let kind = http1::response_body_kind("CONNECT", head).ok()?;
+    if !matches!(kind, http1::BodyKind::Length(n) if n <= MAX_FAR_REASON) {
+        return None;
+    }
+    let mut body = Vec::new();
+    tokio::time::timeout(
+        FAR_REASON_WAIT,
+        http1::copy_body(kind, srd, sbuf, &mut body, http1::OutFraming::Raw),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    let text = String::from_utf8_lossy(&body);
+    let line = text.trim();
+    // The remote's body repeats its status first; the reason follows.
+    let reason = line.split_once(": ").map_or(line, |(_, r)| r);
+    (!reason.is_empty()).then(|| reason.to_string())
+}
+
 /// Opens the tunnel to `target` as `connect_reply` says and relays it until both sides end.
 async fn connect<T: Transport>(
     ctx: &Ctx<T>,
@@ -350,12 +381,16 @@ async fn connect<T: Transport>(
                 refuse(&mut sock, peer, target, &err, user, started).await;
                 return;
             }
-            FarConnect::Refused(head, _, _) => {
+            FarConnect::Refused(head, mut srd, mut sbuf) => {
                 let tag = http1::header_str(&head.headers, http1::reply::ERROR_HEADER);
-                let err = EdgeError::from_far_refusal(
-                    tag,
-                    format!("the remote answered {} {}", head.status, head.reason),
-                );
+                let reason = match tag {
+                    Some(_) => far_reason(&head, &mut srd, &mut sbuf).await,
+                    None => None,
+                };
+                let reason = reason.unwrap_or_else(|| {
+                    format!("the remote answered {} {}", head.status, head.reason)
+                });
+                let err = EdgeError::from_far_refusal(tag, reason);
                 refuse(&mut sock, peer, target, &err, user, started).await;
                 return;
             }
