@@ -394,6 +394,11 @@ fn passwords_and_refusals_get_rfc_reply_codes() {
     }
     let log = pair.edge.log_text();
     assert!(log.contains("reply 0x05 (connection refused)"), "{log}");
+    // A tunnel's record names its user.
+    assert!(
+        log.contains(r#"outcome="ok" detail="user \"alice\"""#),
+        "{log}"
+    );
     // The remote's reason reaches the edge's log.
     assert!(log.contains("Connection refused (os error 111)"), "{log}");
     assert!(log.contains("reply 0x06 (TTL expired)"), "{log}");

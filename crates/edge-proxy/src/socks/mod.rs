@@ -406,5 +406,27 @@ async fn connect<T: Transport>(
     let ttfb = first_down
         .get()
         .map(|t| t.saturating_duration_since(started));
-    tunnel::log_tunnel(peer, METHOD, target, 0, up + sent, down, started, ttfb, err);
+    match user {
+        // The record names who used the tunnel (its detail, or after the failure's reason).
+        Some(u) => {
+            if let Some(e) = &err {
+                tracing::warn!(%peer, target, error = %e, "tunnel closed by a failure");
+            }
+            let record = Access {
+                ttfb,
+                ..Access::new(Peer::Client(peer), METHOD, target, started)
+            }
+            .tunnel_ended(up + sent, down, err);
+            let detail = match &*record.detail {
+                "" => format!("user {u:?}"),
+                why => format!("user {u:?}: {why}"),
+            };
+            Access {
+                detail: detail.into(),
+                ..record
+            }
+            .log();
+        }
+        None => tunnel::log_tunnel(peer, METHOD, target, 0, up + sent, down, started, ttfb, err),
+    }
 }
