@@ -4,18 +4,19 @@
 //! What it does: negotiates the method (no authentication when no user is configured;
 //! username/password, checked in constant time ([`auth`]), when users are, and then only that),
 //! reads the request within a bounded handshake time and size ([`codec`]), applies the edge's
-//! client networks (`allowed_clients`, the check of every listener) and the CONNECT port policy
-//! ([`client::check_port`], as HTTP CONNECT does, over its own list `socks.connect_ports`: SOCKS
-//! carries every protocol, plain HTTP included, so its default is any port), and opens the tunnel the way `connect_reply` says: optimistic
-//! (success answered at once, the far side connects while the client already sends; a far-side
-//! failure then closes the connection) or after connect (the far side's outcome becomes the
-//! reply code). Domain names are never resolved here: `host:port` is the stream's target and the
-//! remote resolves it, as it does for HTTP CONNECT; IPv4 and IPv6 literals likewise. Bytes the
-//! client sends after its request, before the reply, travel as the tunnel's first bytes.
-//! Failures are answered with the reply code [`crate::errors::EdgeError::socks_reply`] maps
-//! them to; malformed input, a timeout or a failed authentication close the connection with a
-//! reason in the log. Every connection gets one access-log record (method `SOCKS5`, status 0:
-//! SOCKS has no HTTP status; the reply code is in the detail of a refusal).
+//! client networks (`allowed_clients`, the check of every listener) and the tunnel port policy
+//! ([`client::check_port`], as HTTP CONNECT does, over its own list `socks.connect_ports`:
+//! SOCKS carries every protocol, plain HTTP included, so its default is any port), and opens
+//! the tunnel the way `connect_reply` says: optimistic (success answered at once, the far side
+//! connects while the client already sends; a far-side failure then closes the connection) or
+//! after connect (the far side's outcome becomes the reply code). Domain names are never
+//! resolved here: `host:port` is the stream's target and the remote resolves it, as it does for
+//! HTTP CONNECT; IPv4 and IPv6 literals likewise. Bytes the client sends after its request,
+//! before the reply, travel as the tunnel's first bytes. Failures are answered with the reply
+//! code [`crate::errors::EdgeError::socks_reply`] maps them to; malformed input, a timeout or a
+//! failed authentication close the connection with a reason in the log. Every connection gets
+//! one access-log record (method `SOCKS5`, status 0: SOCKS has no HTTP status; the detail holds
+//! a refusal's reply code and the authenticated user).
 //!
 //! Replies report `0.0.0.0:0` as the bound address ([`codec::BOUND`]): the connection to the
 //! destination is made on the far side, so no address of this host would be true.
@@ -397,7 +398,14 @@ async fn connect<T: Transport>(
         },
     };
     let (rd, mut wr) = sock.split();
-    if client::write_all(&mut wr, &success).await.is_err() {
+    if let Err(e) = client::write_all(&mut wr, &success).await {
+        // Dropping the stream resets it, which ends the far side's connection.
+        Access {
+            outcome: CLIENT_GONE,
+            detail: format!("the client went away before the SOCKS5 reply: {e}").into(),
+            ..Access::new(Peer::Client(peer), METHOD, target, started)
+        }
+        .log();
         return;
     }
     let first_down = OnceLock::new();
