@@ -30,7 +30,7 @@ pub struct Access<'a> {
     /// Who.
     pub peer: Peer,
     /// Method (`CONNECT` for CONNECT tunnels, `TUNNEL` for intercepted non-HTTP connections and
-    /// tunnel streams, `-` before a request was read).
+    /// tunnel streams, `SOCKS5` for the edge's SOCKS5 clients, `-` before a request was read).
     pub method: &'a str,
     /// Target as requested.
     pub target: &'a str,
@@ -92,10 +92,12 @@ impl<'a> Access<'a> {
         }
     }
 
-    /// Whether the record is about a tunnel (for metrics).
+    /// What the record is about (for metrics): an HTTP request, a tunnel (CONNECT,
+    /// intercepted), or a SOCKS5 connection.
     fn kind(&self) -> &'static str {
         match self.method {
             "CONNECT" | "TUNNEL" => "tunnel",
+            "SOCKS5" => "socks",
             _ => "http",
         }
     }
@@ -156,6 +158,10 @@ mod tests {
         assert_eq!(f.kind(), "http");
         let t = Access::new(peer, "CONNECT", "a.test:443", Instant::now());
         assert_eq!(t.kind(), "tunnel");
+        assert_eq!(
+            Access::new(peer, "SOCKS5", "-", Instant::now()).kind(),
+            "socks"
+        );
         let t = t.tunnel_ended(3, 4, Some("reset".into()));
         assert_eq!((t.bytes_up, t.bytes_down), (3, 4));
         assert_eq!((t.outcome, &*t.detail), ("tunnel-failed", "reset"));

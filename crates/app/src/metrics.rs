@@ -185,7 +185,7 @@ impl Metrics {
         );
         registry.register(
             "time_to_first_byte_seconds",
-            "From the request head to the reply head, by kind",
+            "From the request head to the reply head, by kind (http, tunnel, socks)",
             m.ttfb.clone(),
         );
         registry.register(
@@ -509,7 +509,7 @@ pub fn status_class(status: u16) -> &'static str {
 
 /// Counts one finished request or tunnel (called by each binary's `log_access`).
 ///
-/// `kind` labels the time-to-first-byte histogram (`http` or `tunnel`); `outcome` is `ok` or
+/// `kind` labels the time-to-first-byte histogram (`http`, `tunnel` or `socks`); `outcome` is `ok` or
 /// the error tag.
 pub fn record_access(
     kind: &'static str,

@@ -17,7 +17,7 @@ use ipnet::IpNet;
 
 use crate::client::ConnectReply;
 use crate::config::{
-    EdgeConfig, TransparentConfig, DEFAULT_REMOTE, DEFAULT_TRANSPARENT_HTTP_PORTS,
+    EdgeConfig, SocksListen, TransparentConfig, DEFAULT_REMOTE, DEFAULT_TRANSPARENT_HTTP_PORTS,
 };
 use crate::pool_transport::{pool_config, tls_client};
 
@@ -43,6 +43,10 @@ pub struct Flags {
     /// Also listen here for iptables-REDIRECTed connections.
     #[arg(long)]
     transparent: Option<SocketAddr>,
+    /// SOCKS5 listener address, or `off` (replaces [socks] listen; default 127.0.0.1:1080 in
+    /// development mode, off in production).
+    #[arg(long, value_name = "ADDR|off")]
+    socks: Option<SocksListen>,
     /// Ports CONNECT may reach, comma-separated (`443,8443`), or `any`; replaces connect_ports.
     #[arg(long, value_name = "PORTS", value_parser = parse_ports)]
     connect_ports: Option<PortList>,
@@ -53,7 +57,7 @@ pub struct Flags {
 
 /// The edge's own texts in `--help`.
 pub const HELP: Help = Help {
-    about: "Near-side longhaul proxy: HTTP/1.1 forward proxy, CONNECT and transparent \
+    about: "Near-side longhaul proxy: HTTP/1.1 forward proxy, CONNECT, SOCKS5 and transparent \
             interception, carried over a pool of warm connections to a remote proxy",
     listen: "Explicit proxy listen address",
     tls_dir: "Mutual TLS with the files `gen-keys --out DIR` wrote (DIR/edge.pem, \
@@ -124,6 +128,9 @@ impl app::process::Flags for Flags {
                     })
                 }
             }
+        }
+        if let Some(v) = self.socks {
+            cfg.socks.listen = Some(v);
         }
         if let Some(p) = &self.connect_ports {
             cfg.connect_ports = p.0.clone();

@@ -85,6 +85,32 @@ pub struct Settings {
     pub max_client_connections: usize,
 }
 
+impl Settings {
+    /// Whether `ip` may use the proxy (`allowed_clients`): the one client check of every
+    /// listener (explicit, intercepted, SOCKS5).
+    pub fn client_allowed(&self, ip: std::net::IpAddr) -> bool {
+        self.allowed_clients.iter().any(|n| n.contains(&ip))
+    }
+
+    /// The HTTP CONNECT port policy (`connect_ports`): [`check_port`].
+    pub fn check_connect_port(&self, port: u16) -> Result<(), EdgeError> {
+        check_port(&self.connect_ports, port)
+    }
+}
+
+/// The port policy of tunnels, for HTTP CONNECT (`connect_ports`) and SOCKS5 CONNECT
+/// (`socks.connect_ports`) alike: `port` must be in `allowed`, unless `allowed` is empty (any
+/// port); otherwise the target is refused (403 `forbidden-target`, SOCKS5 reply 0x02).
+pub fn check_port(allowed: &[u16], port: u16) -> Result<(), EdgeError> {
+    if allowed.is_empty() || allowed.contains(&port) {
+        Ok(())
+    } else {
+        Err(EdgeError::ForbiddenTarget(format!(
+            "CONNECT to port {port} is not allowed"
+        )))
+    }
+}
+
 /// Shared state of all client connections.
 pub struct Ctx<T: Transport> {
     /// Opens streams to the remote.
@@ -124,12 +150,7 @@ pub async fn serve<T: Transport>(
     if let Err(e) = set_client_timeouts(&sock, ctx.settings.send_timeout) {
         tracing::debug!(%peer, error = %e, "client socket timeouts not set");
     }
-    if !ctx
-        .settings
-        .allowed_clients
-        .iter()
-        .any(|n| n.contains(&peer.ip()))
-    {
+    if !ctx.settings.client_allowed(peer.ip()) {
         Box::pin(refuse_client(sock, peer, entry)).await;
         return;
     }
@@ -276,7 +297,7 @@ const CLOSE_LINGER_BYTES: usize = 1024 * 1024;
 /// Reads and discards what the client still sends (bounded) until it closes: closing a
 /// socket with unread data would send a reset that can destroy the last response before the
 /// client read it.
-async fn drain_and_close(sock: &mut TcpStream) {
+pub(crate) async fn drain_and_close(sock: &mut TcpStream) {
     let _ = sock.shutdown().await;
     let mut scratch = vec![0u8; 16 * 1024];
     let mut total = 0usize;
@@ -1415,7 +1436,7 @@ const CLIENT_KEEPALIVE: (Duration, Duration) = (Duration::from_secs(30), Duratio
 /// the kernel drops the connection (`TCP_USER_TIMEOUT`, which also ends keepalive probing of a
 /// vanished client). The write or read that is waiting then fails, and the reply or tunnel
 /// ends with a reason in the log, which frees its pool stream.
-fn set_client_timeouts(sock: &TcpStream, send_timeout: Duration) -> std::io::Result<()> {
+pub(crate) fn set_client_timeouts(sock: &TcpStream, send_timeout: Duration) -> std::io::Result<()> {
     let s = socket2::SockRef::from(sock);
     s.set_tcp_keepalive(
         &socket2::TcpKeepalive::new()

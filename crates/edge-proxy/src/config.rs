@@ -69,6 +69,15 @@ pub const DEFAULT_ALLOWED_CLIENTS: &[&str] = &[
 ];
 /// Default HTTP ports of intercepted connections.
 pub const DEFAULT_TRANSPARENT_HTTP_PORTS: &[u16] = &[80];
+/// SOCKS5 listener in development mode when `[socks] listen` is absent (the port SOCKS
+/// clients assume); in production the listener is off unless configured.
+pub const DEFAULT_DEV_SOCKS_LISTEN: &str = "127.0.0.1:1080";
+/// Default longest time from a SOCKS5 client's connection to its complete request (greeting,
+/// authentication and request together are under 800 bytes and two round trips on the short
+/// side of the link); a slower client is closed.
+pub const DEFAULT_SOCKS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Most entries in `[[socks.users]]`.
+pub const MAX_SOCKS_USERS: usize = 10_000;
 
 /// Interception (transparent proxy) settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -87,6 +96,96 @@ pub struct TransparentConfig {
 
 fn default_http_ports() -> Vec<u16> {
     DEFAULT_TRANSPARENT_HTTP_PORTS.to_vec()
+}
+
+/// Where the SOCKS5 listener is: an address, or `"off"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum SocksListen {
+    /// No SOCKS5 listener.
+    Off,
+    /// Listen here.
+    At(SocketAddr),
+}
+
+impl TryFrom<String> for SocksListen {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl std::str::FromStr for SocksListen {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "off" {
+            return Ok(SocksListen::Off);
+        }
+        s.parse()
+            .map(SocksListen::At)
+            .map_err(|_| format!("{s:?} is not an address (ip:port) or \"off\""))
+    }
+}
+
+impl From<SocksListen> for String {
+    fn from(l: SocksListen) -> String {
+        match l {
+            SocksListen::Off => "off".into(),
+            SocksListen::At(a) => a.to_string(),
+        }
+    }
+}
+
+/// A secret from the configuration: compared, never printed (`Debug` shows `<redacted>`).
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// One SOCKS5 user (RFC 1929 username/password).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SocksUser {
+    /// User name, 1 to 255 bytes.
+    pub name: String,
+    /// Password, 1 to 255 bytes, stored as written (RFC 1929 sends it in clear text, so the
+    /// file holding it must be readable by the service only).
+    pub password: Secret,
+}
+
+/// The SOCKS5 listener (`[socks]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SocksSection {
+    /// Listener address or `"off"`. Absent: [`DEFAULT_DEV_SOCKS_LISTEN`] in development
+    /// mode, off in production.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocksListen>,
+    /// Longest time from a client's connection to its complete request, in milliseconds.
+    pub handshake_timeout_ms: u64,
+    /// Ports SOCKS5 CONNECT may reach (others get reply 0x02), checked like `connect_ports`;
+    /// empty (the default) = any port: SOCKS5 carries every protocol, plain HTTP, ssh and
+    /// messaging included, where HTTP CONNECT is only needed for TLS.
+    pub connect_ports: Vec<u16>,
+    /// Users allowed (username/password, RFC 1929). Empty: no authentication is asked for;
+    /// otherwise it is required and "no authentication" is not offered.
+    pub users: Vec<SocksUser>,
+}
+
+impl Default for SocksSection {
+    fn default() -> Self {
+        SocksSection {
+            listen: None,
+            handshake_timeout_ms: DEFAULT_SOCKS_HANDSHAKE_TIMEOUT_MS,
+            connect_ports: Vec::new(),
+            users: Vec::new(),
+        }
+    }
 }
 
 /// The pool of connections to the remote proxy.
@@ -191,6 +290,8 @@ pub struct EdgeConfig {
     pub pool: PoolSection,
     /// Interception; absent = off.
     pub transparent: Option<TransparentConfig>,
+    /// SOCKS5 listener (`[socks]`).
+    pub socks: SocksSection,
     /// Prometheus `/metrics` endpoint (`[metrics]`); off by default.
     pub metrics: app::metrics::MetricsConfig,
 }
@@ -218,6 +319,7 @@ impl Default for EdgeConfig {
             link: LinkConfig::default(),
             pool: PoolSection::default(),
             transparent: None,
+            socks: SocksSection::default(),
             metrics: app::metrics::MetricsConfig::default(),
         }
     }
@@ -253,16 +355,80 @@ impl EdgeConfig {
     pub fn mode(&self) -> Mode {
         let mut addrs = vec![self.listen];
         addrs.extend(self.transparent.as_ref().map(|t| t.listen));
+        if let Some(SocksListen::At(a)) = self.socks.listen {
+            addrs.push(a);
+        }
         effective_mode(self.mode, &addrs)
     }
 
-    /// The listen addresses with their keys.
+    /// The listen addresses with their keys (the SOCKS5 listener's only when configured: its
+    /// development default is loopback).
     fn listen_addrs(&self) -> Vec<(&'static str, SocketAddr)> {
         let mut addrs = vec![("listen", self.listen)];
         if let Some(t) = &self.transparent {
             addrs.push(("transparent.listen", t.listen));
         }
+        if let Some(SocksListen::At(a)) = self.socks.listen {
+            addrs.push(("socks.listen", a));
+        }
         addrs
+    }
+
+    /// The SOCKS5 listener in force, and whether it is the development default (which is
+    /// skipped with a warning when its port is taken, as by a second edge on one host).
+    pub fn socks_listen(&self) -> Option<(SocketAddr, bool)> {
+        match self.socks.listen {
+            Some(SocksListen::Off) => None,
+            Some(SocksListen::At(a)) => Some((a, false)),
+            None if self.mode() == Mode::Development => Some((
+                DEFAULT_DEV_SOCKS_LISTEN.parse().expect("valid default"),
+                true,
+            )),
+            None => None,
+        }
+    }
+
+    /// Checks the `[socks]` section.
+    fn validate_socks(&self) -> Result<(), String> {
+        check_ms(&[(
+            "socks.handshake_timeout_ms",
+            self.socks.handshake_timeout_ms,
+        )])?;
+        if let Some(SocksListen::At(a)) = self.socks.listen {
+            if a == self.listen || self.transparent.as_ref().is_some_and(|t| t.listen == a) {
+                return Err(format!(
+                    "socks.listen {a} must differ from listen and transparent.listen"
+                ));
+            }
+        }
+        if self.socks.connect_ports.contains(&0) {
+            return Err("socks.connect_ports contains 0".into());
+        }
+        check_range(
+            "socks.users (entries)",
+            self.socks.users.len(),
+            0..=MAX_SOCKS_USERS,
+        )?;
+        let mut names = std::collections::HashSet::new();
+        for u in &self.socks.users {
+            // RFC 1929 carries each in a field with a one-byte length.
+            if u.name.is_empty() || u.name.len() > 255 {
+                return Err(format!(
+                    "socks.users name {:?} must be 1 to 255 bytes",
+                    u.name
+                ));
+            }
+            if u.password.0.is_empty() || u.password.0.len() > 255 {
+                return Err(format!(
+                    "socks.users password of {:?} must be 1 to 255 bytes",
+                    u.name
+                ));
+            }
+            if !names.insert(u.name.as_str()) {
+                return Err(format!("socks.users lists {:?} twice", u.name));
+            }
+        }
+        Ok(())
     }
 
     /// Checks ranges and cross-field rules; the error says which key is wrong and why.
@@ -331,6 +497,7 @@ impl EdgeConfig {
                 return Err("transparent.listen must differ from listen".into());
             }
         }
+        self.validate_socks()?;
         self.link.validate()
     }
 
@@ -351,6 +518,15 @@ impl EdgeConfig {
             .into_iter()
             .find(|(_, a)| !a.ip().is_loopback())
             .map(|(key, a)| format!("{key} {a} is not a loopback address (production)"))
+    }
+
+    /// The SOCKS5 listener's behaviour derived from this configuration.
+    pub fn socks_settings(&self) -> crate::socks::Settings {
+        crate::socks::Settings {
+            handshake_timeout: Duration::from_millis(self.socks.handshake_timeout_ms),
+            users: crate::socks::auth::Users::new(&self.socks.users),
+            connect_ports: self.socks.connect_ports.clone(),
+        }
     }
 
     /// Per-connection behaviour derived from this configuration.
@@ -389,6 +565,86 @@ mod tests {
         let c: EdgeConfig = toml::from_str("connect_ports = []\nheader_timeout_ms = 0").unwrap();
         assert!(c.connect_ports.is_empty());
         assert!(c.validate().unwrap_err().contains("header_timeout_ms"));
+    }
+
+    #[test]
+    fn socks_listener_is_on_in_development_only_unless_configured() {
+        let dev = EdgeConfig::default();
+        assert_eq!(
+            dev.socks_listen(),
+            Some(("127.0.0.1:1080".parse().unwrap(), true))
+        );
+        assert!(dev.socks_settings().users.is_empty());
+        assert!(dev.socks_settings().connect_ports.is_empty());
+        let c: EdgeConfig = toml::from_str("[socks]\nlisten = \"off\"").unwrap();
+        assert_eq!(c.socks_listen(), None);
+        let c: EdgeConfig = toml::from_str("[socks]\nlisten = \"127.0.0.1:1081\"").unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.socks_listen(),
+            Some(("127.0.0.1:1081".parse().unwrap(), false))
+        );
+        // Production: off unless configured; a configured one counts as a listen address.
+        let prod: EdgeConfig = toml::from_str(
+            "mode = \"production\"\n[pool.tls]\ncert = \"e.pem\"\nkey = \"e.key\"\nca = [\"ca.pem\"]",
+        )
+        .unwrap();
+        assert_eq!(prod.socks_listen(), None);
+        let c: EdgeConfig = toml::from_str("[socks]\nlisten = \"0.0.0.0:1080\"").unwrap();
+        assert_eq!(c.mode(), Mode::Production);
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .contains("socks.listen 0.0.0.0:1080"));
+        let c: EdgeConfig =
+            toml::from_str("mode = \"development\"\n[socks]\nlisten = \"0.0.0.0:1080\"").unwrap();
+        assert!(c.validate().unwrap_err().contains("socks.listen"));
+        let c: EdgeConfig = toml::from_str("[socks]\nlisten = \"127.0.0.1:3128\"").unwrap();
+        assert!(c.validate().unwrap_err().contains("must differ"));
+        let e = toml::from_str::<EdgeConfig>("[socks]\nlisten = \"on\"").unwrap_err();
+        assert!(e.to_string().contains("\"off\""), "{e}");
+        let e = toml::from_str::<EdgeConfig>("[socks]\nlistn = \"off\"").unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn socks_users_are_checked_and_never_printed() {
+        let c: EdgeConfig = toml::from_str(
+            "[socks]\nhandshake_timeout_ms = 5000\n\
+             [[socks.users]]\nname = \"alice\"\npassword = \"s3cret-pw\"\n\
+             [[socks.users]]\nname = \"bob\"\npassword = \"x\"",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.socks.users.len(), 2);
+        let s = c.socks_settings();
+        assert_eq!(s.handshake_timeout, Duration::from_secs(5));
+        assert!(!s.users.is_empty());
+        assert!(!format!("{c:?}").contains("s3cret-pw"));
+        assert!(!format!("{s:?}").contains("s3cret-pw"));
+        let bad = |users: &str, needle: &str| {
+            let c: EdgeConfig = toml::from_str(&format!("[socks]\n{users}")).unwrap();
+            let e = c.validate().unwrap_err();
+            assert!(e.contains(needle), "{e}");
+        };
+        bad("[[socks.users]]\nname = \"\"\npassword = \"p\"", "name");
+        bad("[[socks.users]]\nname = \"a\"\npassword = \"\"", "password");
+        let long = "x".repeat(256);
+        bad(
+            &format!("[[socks.users]]\nname = \"a\"\npassword = \"{long}\""),
+            "1 to 255 bytes",
+        );
+        bad(
+            "[[socks.users]]\nname = \"a\"\npassword = \"p\"\n\
+             [[socks.users]]\nname = \"a\"\npassword = \"q\"",
+            "twice",
+        );
+        bad("handshake_timeout_ms = 0", "socks.handshake_timeout_ms");
+        bad("connect_ports = [443, 0]", "socks.connect_ports");
+        assert!(toml::from_str::<EdgeConfig>(
+            "[[socks.users]]\nname = \"a\"\npassword = \"p\"\nrole = \"x\""
+        )
+        .is_err());
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! The one place where the edge maps failures to synthetic HTTP responses, and answers them
-//! ([`answer`]: write, close, log the access record).
+//! The one place where the edge maps failures to synthetic HTTP responses and to SOCKS5 reply
+//! codes, and answers HTTP clients ([`answer`]: write, close, log the access record).
 //!
 //! Every client-visible error is an [`EdgeError`]: it knows its status code, a short tag (sent
-//! in `X-Longhaul-Error` and logged) and a one-line reason (the response body). Responses always
+//! in `X-Longhaul-Error` and logged) and a one-line reason (the response body), and its SOCKS5
+//! reply code ([`EdgeError::socks_reply`]) for a client of the SOCKS5 listener. Responses always
 //! close the client connection, because after an error the framing of what follows on it cannot
 //! be trusted.
 //!
@@ -11,6 +12,7 @@
 use app::access::Access;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use crate::socks::codec::Reply;
 use crate::transport::{FarCode, FarFailure, OpenCause, OpenError};
 use http1::reply::{synthetic_response, ErrorTag};
 use http1::HeadError;
@@ -59,6 +61,12 @@ pub enum EdgeError {
     /// The reply from the far side was broken or missing.
     #[error("bad reply from the remote proxy: {0}")]
     BadReply(String),
+    /// A SOCKS5 request with a command the edge does not carry (BIND, UDP ASSOCIATE).
+    #[error("SOCKS5 command not supported: {0}")]
+    SocksCommand(String),
+    /// A SOCKS5 request with an address type RFC 1928 does not define.
+    #[error("SOCKS5 address type not supported: {0}")]
+    SocksAddressType(String),
 }
 
 impl EdgeError {
@@ -83,6 +91,47 @@ impl EdgeError {
             EdgeError::ConnectFailed(_) => ErrorTag::ConnectFailed,
             EdgeError::Timeout(_) => ErrorTag::OriginTimeout,
             EdgeError::BadReply(_) => ErrorTag::BadReply,
+            EdgeError::SocksCommand(_) | EdgeError::SocksAddressType(_) => ErrorTag::NotImplemented,
+        }
+    }
+
+    /// The SOCKS5 reply code (RFC 1928 §6) this failure is answered with: the SOCKS5
+    /// counterpart of [`EdgeError::status`].
+    ///
+    /// The remote reports a failed connect as one outcome (`connect-failed`: refused,
+    /// unreachable); it is answered "connection refused", the usual cause. A timeout is
+    /// "TTL expired", as common SOCKS servers answer one.
+    pub fn socks_reply(&self) -> Reply {
+        match self {
+            EdgeError::ForbiddenClient(_) | EdgeError::ForbiddenTarget(_) => Reply::NOT_ALLOWED,
+            EdgeError::DnsFailed(_) => Reply::HOST_UNREACHABLE,
+            EdgeError::ConnectFailed(_) => Reply::CONNECTION_REFUSED,
+            EdgeError::Timeout(_) => Reply::TTL_EXPIRED,
+            EdgeError::SocksCommand(_) | EdgeError::NotImplemented(_) => {
+                Reply::COMMAND_NOT_SUPPORTED
+            }
+            EdgeError::SocksAddressType(_) => Reply::ADDRESS_TYPE_NOT_SUPPORTED,
+            EdgeError::BadRequest(_)
+            | EdgeError::HeaderTooLarge(_)
+            | EdgeError::HeaderTimeout(_)
+            | EdgeError::Unavailable(_)
+            | EdgeError::PoolBusy(_)
+            | EdgeError::TooManyConnections(_)
+            | EdgeError::BadReply(_) => Reply::GENERAL_FAILURE,
+        }
+    }
+
+    /// The error for the remote's own refusal of a CONNECT (after-connect mode), from the tag
+    /// in its `X-Longhaul-Error` header (`None`: no tag, not a refusal the remote made).
+    pub fn from_far_refusal(tag: Option<&str>, reason: String) -> EdgeError {
+        let tag = tag.and_then(|t| ErrorTag::ALL.into_iter().find(|k| k.as_str() == t));
+        match tag {
+            Some(ErrorTag::DnsFailed) => EdgeError::DnsFailed(reason),
+            Some(ErrorTag::ConnectFailed) => EdgeError::ConnectFailed(reason),
+            Some(ErrorTag::OriginTimeout) => EdgeError::Timeout(reason),
+            Some(ErrorTag::ForbiddenTarget) => EdgeError::ForbiddenTarget(reason),
+            Some(ErrorTag::BadRequest) => EdgeError::BadRequest(reason),
+            _ => EdgeError::BadReply(reason),
         }
     }
 
@@ -168,6 +217,45 @@ mod tests {
             assert!(head.contains(&format!("Content-Length: {}", body.len())));
             assert!(body.contains(&e.to_string()));
         }
+    }
+
+    #[test]
+    fn socks_reply_codes_follow_rfc_1928() {
+        let cases: Vec<(EdgeError, u8)> = vec![
+            (EdgeError::BadRequest("x".into()), 0x01),
+            (EdgeError::Unavailable("x".into()), 0x01),
+            (EdgeError::PoolBusy("x".into()), 0x01),
+            (EdgeError::BadReply("x".into()), 0x01),
+            (EdgeError::ForbiddenClient([10, 0, 0, 1].into()), 0x02),
+            (EdgeError::ForbiddenTarget("x".into()), 0x02),
+            (EdgeError::DnsFailed("x".into()), 0x04),
+            (EdgeError::ConnectFailed("x".into()), 0x05),
+            (EdgeError::Timeout("x".into()), 0x06),
+            (EdgeError::SocksCommand("BIND".into()), 0x07),
+            (EdgeError::SocksAddressType("0x02".into()), 0x08),
+        ];
+        for (e, code) in cases {
+            assert_eq!(e.socks_reply(), Reply(code), "{e}");
+        }
+        // The remote's refusals keep their meaning.
+        let far = |tag| EdgeError::from_far_refusal(tag, "r".into()).socks_reply();
+        assert_eq!(far(Some("dns-failed")), Reply::HOST_UNREACHABLE);
+        assert_eq!(far(Some("connect-failed")), Reply::CONNECTION_REFUSED);
+        assert_eq!(far(Some("origin-timeout")), Reply::TTL_EXPIRED);
+        assert_eq!(far(Some("forbidden-target")), Reply::NOT_ALLOWED);
+        assert_eq!(far(Some("no-such-tag")), Reply::GENERAL_FAILURE);
+        assert_eq!(far(None), Reply::GENERAL_FAILURE);
+        // A far-side reset of an optimistic tunnel maps the same way.
+        let reset = |code| {
+            EdgeError::from_far(&FarFailure {
+                code,
+                retryable: false,
+                reason: "r".into(),
+            })
+            .socks_reply()
+        };
+        assert_eq!(reset(FarCode::DnsFailed), Reply::HOST_UNREACHABLE);
+        assert_eq!(reset(FarCode::Timeout), Reply::TTL_EXPIRED);
     }
 
     #[test]

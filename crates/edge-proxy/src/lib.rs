@@ -1,9 +1,9 @@
-//! Near-side longhaul proxy: HTTP/1.1 forward proxy, CONNECT and transparent interception over
-//! the mux pool.
+//! Near-side longhaul proxy: HTTP/1.1 forward proxy, CONNECT, SOCKS5 and transparent
+//! interception over the mux pool.
 //!
-//! What it does: accepts clients (explicit proxy and iptables-intercepted connections), turns
-//! each plain-HTTP request into one `Http` stream and each CONNECT or intercepted non-HTTP
-//! connection into one `Tunnel` stream, relays replies in order, and maps every failure to a
+//! What it does: accepts clients (explicit proxy, SOCKS5 ([`socks`]) and iptables-intercepted
+//! connections), turns each plain-HTTP request into one `Http` stream and each CONNECT, SOCKS5
+//! CONNECT or intercepted non-HTTP connection into one `Tunnel` stream, relays replies in order, and maps every failure to a
 //! clear synthetic response ([`errors`]). The stream transport is a trait ([`transport`]);
 //! [`service`] plugs in the pool and runs the whole edge, [`cli`] holds its own flags.
 //!
@@ -23,5 +23,6 @@ pub mod pool_transport;
 pub mod remotes;
 pub mod server;
 pub mod service;
+pub mod socks;
 pub mod transport;
 mod tunnel;

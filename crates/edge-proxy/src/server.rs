@@ -29,6 +29,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{self, Ctx, Entry, Settings};
 use crate::errors::{reply_and_close, EdgeError};
+use crate::socks::{self, SocksListener};
 use crate::transport::Transport;
 
 /// The listeners of an edge.
@@ -37,6 +38,8 @@ pub struct Listeners {
     pub proxy: TcpListener,
     /// Listener for intercepted (REDIRECT/TPROXY) connections.
     pub transparent: Option<TcpListener>,
+    /// SOCKS5 listener.
+    pub socks: Option<SocksListener>,
 }
 
 /// How the original destination of an intercepted connection is found.
@@ -161,7 +164,11 @@ pub async fn run<T: Transport>(
         settings,
         draining: drain_rx,
     });
-    let Listeners { proxy, transparent } = listeners;
+    let Listeners {
+        proxy,
+        transparent,
+        socks,
+    } = listeners;
     let transparent_addr = transparent.as_ref().and_then(|l| l.local_addr().ok());
     let mut conns = JoinSet::new();
     let mut refusals = Refusals::new();
@@ -188,7 +195,7 @@ pub async fn run<T: Transport>(
             r = proxy.accept() => match r {
                 Ok((sock, peer)) if conns.len() >= limit => {
                     // A client not allowed in is not told anything about the proxy.
-                    let allowed = ctx.settings.allowed_clients.iter().any(|n| n.contains(&peer.ip()));
+                    let allowed = ctx.settings.client_allowed(peer.ip());
                     refusals.refuse(sock, allowed, limit);
                 }
                 Ok((sock, peer)) => {
@@ -213,12 +220,24 @@ pub async fn run<T: Transport>(
                 },
                 Err(e) => accept_error(e).await,
             },
+            r = async { socks.as_ref().expect("guarded").listener.accept().await },
+                if socks.is_some() => match r {
+                // Over the limit a SOCKS5 client cannot be told why in its protocol before its
+                // request: it is closed.
+                Ok((sock, _)) if conns.len() >= limit => refusals.refuse(sock, false, limit),
+                Ok((sock, peer)) => {
+                    let settings = socks.as_ref().expect("guarded").settings.clone();
+                    conns.spawn(socks::serve(ctx.clone(), settings, sock, peer));
+                }
+                Err(e) => accept_error(e).await,
+            },
             Some(_) = conns.join_next(), if !conns.is_empty() => ended += 1,
         }
     }
     refusals.tasks.abort_all();
     drop(proxy);
     drop(transparent);
+    drop(socks);
     let _ = drain_tx.send(true);
     tracing::info!(
         connections = conns.len(),

@@ -1,6 +1,6 @@
 //! The edge as a running service: what `edge-proxy` does once its configuration is loaded.
 //!
-//! What it does: binds the explicit and transparent listeners, starts the pool to the remotes
+//! What it does: binds the explicit, transparent and SOCKS5 listeners, starts the pool to the remotes
 //! and the metrics endpoint, registers the pools' gauges, checks the host's TCP settings
 //! ([`app::host::check`]), spawns the SIGHUP reload, waits for
 //! the pool (bounded), tells systemd it is ready, serves clients ([`crate::server::run`]) until
@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use crate::config::{EdgeConfig, TransparentConfig};
 use crate::pool_transport::{start_pool, tls_client};
 use crate::server::{self, Interception, Listeners};
+use crate::socks::SocksListener;
 
 /// The listener of intercepted connections (`IP_TRANSPARENT` for TPROXY).
 fn transparent_listener(t: &TransparentConfig) -> std::io::Result<TcpListener> {
@@ -37,6 +38,26 @@ fn transparent_listener(t: &TransparentConfig) -> std::io::Result<TcpListener> {
     TcpListener::from_std(sock.into())
 }
 
+/// The SOCKS5 listener in force. A configured address that cannot be bound is an error; the
+/// development default (`127.0.0.1:1080`, see [`EdgeConfig::socks_listen`]) is skipped with a
+/// warning when its port is taken, so a second development edge on one host still starts.
+async fn socks_listener(cfg: &EdgeConfig) -> anyhow::Result<Option<SocksListener>> {
+    let Some((addr, default)) = cfg.socks_listen() else {
+        return Ok(None);
+    };
+    match TcpListener::bind(addr).await {
+        Ok(listener) => Ok(Some(SocksListener {
+            listener,
+            settings: Arc::new(cfg.socks_settings()),
+        })),
+        Err(e) if default => {
+            tracing::warn!(listen = %addr, error = %e, "development SOCKS5 listener not bound; SOCKS5 off (set [socks] listen or --socks)");
+            Ok(None)
+        }
+        Err(e) => Err(anyhow::anyhow!("cannot listen on {addr} (socks): {e}")),
+    }
+}
+
 /// Runs the edge with `cfg` until SIGTERM or SIGINT, then drains: binds the listeners, starts
 /// the pool and the metrics endpoint, reloads on SIGHUP ([`Reload`]), tells systemd.
 pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<()> {
@@ -50,6 +71,7 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
         ),
         None => None,
     };
+    let socks = socks_listener(&cfg).await?;
     let tls = tls_client(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
     let metrics = app::metrics::start(&cfg.metrics).await?;
     app::host::check(cfg.pool.carrier, cfg.pool.congestion());
@@ -71,6 +93,8 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
     tracing::info!(
         listen = %cfg.listen,
         transparent = ?cfg.transparent.as_ref().map(|t| t.listen),
+        socks = ?socks.as_ref().and_then(|s| s.listener.local_addr().ok()),
+        socks_auth = if cfg.socks.users.is_empty() { "none" } else { "username/password" },
         remotes = ?cfg.pool.remote_list(),
         connections = cfg.pool.connections,
         tls = cfg.pool.tls.is_some(),
@@ -105,7 +129,11 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
     server::run(
         pool.clone(),
         cfg.settings(),
-        Listeners { proxy, transparent },
+        Listeners {
+            proxy,
+            transparent,
+            socks,
+        },
         interception,
         app::process::shutdown_signal(),
         grace,

@@ -3,7 +3,8 @@
 //! CONNECT is answered either optimistically (`200` at once, the stream is a `Tunnel` whose far
 //! side connects while the client already sends its TLS hello) or after the far side connected
 //! (the CONNECT request itself travels on an `Http` stream and the remote answers with a status).
-//! A far-side failure closes the tunnel and is logged with its reason.
+//! A far-side failure closes the tunnel and is logged with its reason. SOCKS5 CONNECT
+//! ([`crate::socks`]) opens its tunnels the same two ways ([`connect_first`], [`pump_with_prefix`]).
 //!
 //! It does NOT look inside tunnels: HTTPS stays end-to-end encrypted.
 
@@ -12,7 +13,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, ReadHalf};
 use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
 use tokio::net::TcpStream;
 
@@ -46,10 +47,7 @@ pub(crate) async fn connect<T: Transport>(
             return;
         }
     };
-    let ports = &ctx.settings.connect_ports;
-    if !ports.is_empty() && !ports.contains(&auth.port) {
-        let err =
-            EdgeError::ForbiddenTarget(format!("CONNECT to port {} is not allowed", auth.port));
+    if let Err(err) = ctx.settings.check_connect_port(auth.port) {
         answer(&mut wr, &err, record()).await;
         return;
     }
@@ -97,71 +95,52 @@ pub(crate) async fn connect<T: Transport>(
             );
         }
         ConnectReply::AfterConnect => {
-            let req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
-            let stream = match ctx
-                .transport
-                .open(StreamKind::Http, &target, Bytes::from(req))
-                .await
-            {
-                Ok(s) => s,
-                Err(e) => {
-                    answer(&mut wr, &EdgeError::from_open(e), record()).await;
-                    return;
-                }
-            };
-            let (mut srd, swr) = client::split(stream);
-            let mut sbuf = BytesMut::new();
-            let res =
-                http1::read_response_head(&mut srd, &mut sbuf, ctx.settings.max_header_bytes).await;
-            let res = match res {
-                Ok(r) => r,
-                Err(http1::HeadError::Io(e)) => {
-                    let err = match ctx.transport.failure(&e) {
-                        Some(f) => EdgeError::from_far(&f),
-                        None => EdgeError::BadReply(e.to_string()),
-                    };
+            let (stream, already) = match connect_first(ctx, &target).await {
+                FarConnect::Connected(stream, already) => (stream, already),
+                FarConnect::Failed(err) => {
                     answer(&mut wr, &err, record()).await;
                     return;
                 }
-                Err(e) => {
-                    answer(&mut wr, &EdgeError::BadReply(e.to_string()), record()).await;
+                FarConnect::Refused(res, mut srd, mut sbuf) => {
+                    // The remote's own error response (status, reason body): pass it on and
+                    // close.
+                    let mut headers = res.headers;
+                    http1::strip_hop_by_hop(&mut headers);
+                    headers.push(http1::Header::new("Connection", "close"));
+                    let out = http1::ResponseHead {
+                        headers,
+                        minor: 1,
+                        ..res
+                    };
+                    let kind =
+                        http1::response_body_kind("CONNECT", &out).unwrap_or(http1::BodyKind::None);
+                    let _ = wr.write_all(&http1::encode_response_head(&out)).await;
+                    let _ = http1::copy_body(
+                        kind,
+                        &mut srd,
+                        &mut sbuf,
+                        &mut wr,
+                        http1::OutFraming::Raw,
+                    )
+                    .await;
+                    let _ = wr.shutdown().await;
+                    Access {
+                        status: out.status,
+                        outcome: "refused-by-far-side",
+                        detail: out.reason.as_str().into(),
+                        ..record()
+                    }
+                    .log();
                     return;
                 }
             };
-            if res.status != 200 {
-                // The remote's own error response (status, reason body): pass it on and close.
-                let mut headers = res.headers;
-                http1::strip_hop_by_hop(&mut headers);
-                headers.push(http1::Header::new("Connection", "close"));
-                let out = http1::ResponseHead {
-                    headers,
-                    minor: 1,
-                    ..res
-                };
-                let kind =
-                    http1::response_body_kind("CONNECT", &out).unwrap_or(http1::BodyKind::None);
-                let _ = wr.write_all(&http1::encode_response_head(&out)).await;
-                let _ =
-                    http1::copy_body(kind, &mut srd, &mut sbuf, &mut wr, http1::OutFraming::Raw)
-                        .await;
-                let _ = wr.shutdown().await;
-                Access {
-                    status: out.status,
-                    outcome: "refused-by-far-side",
-                    detail: out.reason.as_str().into(),
-                    ..record()
-                }
-                .log();
-                return;
-            }
             if client::write_all(&mut wr, ESTABLISHED).await.is_err() {
                 return;
             }
-            let stream = srd.unsplit(swr);
             let early = buf.split().freeze();
             let first_down = OnceLock::new();
             let (up, down, err) =
-                pump_with_prefix(ctx, rd, wr, stream, sbuf.freeze(), early, &first_down).await;
+                pump_with_prefix(ctx, rd, wr, stream, already, early, &first_down).await;
             let ttfb = first_down
                 .get()
                 .map(|t| t.saturating_duration_since(started));
@@ -178,6 +157,53 @@ pub(crate) async fn connect<T: Transport>(
             );
         }
     }
+}
+
+/// What asking the far side to connect before the client is answered (after-connect mode)
+/// gave.
+pub(crate) enum FarConnect<S> {
+    /// The target is connected: the stream, and what the far side already sent after its
+    /// `200` head (the target's first bytes).
+    Connected(S, Bytes),
+    /// The remote refused with a response of its own (a status other than 200): its head, and
+    /// the stream's read half and the bytes read past the head, to relay its body from.
+    Refused(http1::ResponseHead, ReadHalf<S>, BytesMut),
+    /// The stream could not be opened, or its reply was missing or broken.
+    Failed(EdgeError),
+}
+
+/// Opens an `Http` stream carrying `CONNECT target` and waits for the remote's answer: the
+/// after-connect way of opening a tunnel, for HTTP CONNECT and SOCKS5 CONNECT alike.
+pub(crate) async fn connect_first<T: Transport>(
+    ctx: &Ctx<T>,
+    target: &str,
+) -> FarConnect<T::Stream> {
+    let req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    let stream = match ctx
+        .transport
+        .open(StreamKind::Http, target, Bytes::from(req))
+        .await
+    {
+        Ok(s) => s,
+        Err(e) => return FarConnect::Failed(EdgeError::from_open(e)),
+    };
+    let (mut srd, swr) = client::split(stream);
+    let mut sbuf = BytesMut::new();
+    let res = http1::read_response_head(&mut srd, &mut sbuf, ctx.settings.max_header_bytes).await;
+    let res = match res {
+        Ok(r) => r,
+        Err(http1::HeadError::Io(e)) => {
+            return FarConnect::Failed(match ctx.transport.failure(&e) {
+                Some(f) => EdgeError::from_far(&f),
+                None => EdgeError::BadReply(e.to_string()),
+            })
+        }
+        Err(e) => return FarConnect::Failed(EdgeError::BadReply(e.to_string())),
+    };
+    if res.status != 200 {
+        return FarConnect::Refused(res, srd, sbuf);
+    }
+    FarConnect::Connected(srd.unsplit(swr), sbuf.freeze())
 }
 
 /// Tunnels an intercepted connection (not parsed as HTTP) to its original destination.
@@ -221,8 +247,9 @@ pub(crate) async fn intercepted<T: Transport>(
     log_tunnel(peer, "TUNNEL", &target, 0, up, down, started, ttfb, err);
 }
 
+/// Logs the access record of a tunnel that ended (and a warning with the failure, if any).
 #[allow(clippy::too_many_arguments)]
-fn log_tunnel(
+pub(crate) fn log_tunnel(
     peer: SocketAddr,
     method: &str,
     target: &str,

@@ -209,10 +209,11 @@ pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
         remote_addr.to_string(),
         "--connections".into(),
         "2".into(),
-        // Test origins listen on ephemeral ports.
-        "--connect-ports".into(),
-        "any".into(),
     ];
+    if !edge_args.contains(&"--connect-ports") {
+        // Test origins listen on ephemeral ports.
+        eargs.extend(["--connect-ports".to_string(), "any".into()]);
+    }
     if !edge_args.contains(&"--carrier") {
         eargs.extend(carrier_args);
     }
