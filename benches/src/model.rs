@@ -528,6 +528,7 @@ mod tests {
             bytes: 12_500,
             new_connection,
             tls: None,
+            alpn: None,
         };
         // 150 ms round trip + 1 ms of bytes; a new connection 20 ms more (HTTP) or 180 (HTTPS).
         assert!((excess_ms(&link(), false, &o(false, 151.0))).abs() < 1e-9);

@@ -106,6 +106,10 @@ pub struct Row {
     /// Why the row has no measurement, when it has none by design.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// What the HTTPS origin offered by ALPN (`h2`: h2 and http/1.1; `h1`: http/1.1 only), on
+    /// measured HTTPS rows; absent in results from before h2 was offered (http/1.1 only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_alpn: Option<String>,
 }
 
 impl Row {
@@ -155,6 +159,7 @@ impl Row {
             samples_ms,
             errors: distinct,
             note: None,
+            origin_alpn: None,
         }
     }
 
@@ -179,6 +184,7 @@ impl Row {
             note: Some(
                 "analytic floor (levels x RTT + bytes / rate), computed, not measured".into(),
             ),
+            origin_alpn: None,
         }
     }
 

@@ -80,6 +80,7 @@ fn quick_slice_runs_end_to_end_on_veth() {
         ("replay", "http"),
         ("replay", "https"),
         ("chromium", "http"),
+        ("chromium", "https"),
     ] {
         for system in ["direct", "single-proxy"] {
             let r = rows
@@ -90,6 +91,12 @@ fn quick_slice_runs_end_to_end_on_veth() {
             assert_eq!(r["failures"], 0, "{r}");
             assert!(r["plt_ms_median"].as_f64().unwrap() > 0.0);
             assert!(r["ratio_to_direct"].as_f64().is_some());
+            // The origin offered h2 (the default), recorded on HTTPS rows only.
+            if scheme == "https" {
+                assert_eq!(r["origin_alpn"], "h2", "{r}");
+            } else {
+                assert!(r.get("origin_alpn").is_none(), "{r}");
+            }
         }
         let f = rows
             .iter()
@@ -98,8 +105,8 @@ fn quick_slice_runs_end_to_end_on_veth() {
         assert_eq!(f["measured"], false);
     }
     assert!(out.join("summary.md").is_file());
-    // Every HTTPS object went over TLS 1.3 with the nginx origin (direct and through Squid's
-    // CONNECT tunnel alike).
+    // Every HTTPS object went over TLS 1.3 and HTTP/2 with the nginx origin (direct and through
+    // Squid's CONNECT tunnel alike), one connection per host name.
     let trials = std::fs::read_to_string(out.join("veth-nodelay").join("trials.jsonl")).unwrap();
     let mut https_objects = 0;
     for line in trials.lines() {
@@ -109,8 +116,10 @@ fn quick_slice_runs_end_to_end_on_veth() {
         }
         for o in t["load"]["objects"].as_array().unwrap() {
             assert_eq!(o["tls"], "TLSv1_3", "{o}");
+            assert_eq!(o["alpn"], "h2", "{o}");
             https_objects += 1;
         }
+        assert_eq!(t["load"]["connections"], 2, "{t}");
     }
     assert!(https_objects > 0, "no HTTPS trial in {trials}");
     std::fs::remove_dir_all(&out).unwrap();

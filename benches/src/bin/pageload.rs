@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use longhaul_benches::bed::{Bed, EmulatedBed, VethBed};
 use longhaul_benches::load;
 use longhaul_benches::model;
+use longhaul_benches::origin::OriginAlpn;
 use longhaul_benches::plots;
 use longhaul_benches::replay::{self, ReplayConfig};
 use longhaul_benches::results::{self, Row};
@@ -168,6 +169,11 @@ struct SuiteArgs {
     /// starts. Every proxy chain crossing the long link gets it; direct does not.
     #[arg(long)]
     peer_initcwnd: Option<u32>,
+    /// What the HTTPS origins offer by ALPN: `h2` (h2 and http/1.1, as most HTTPS sites do;
+    /// the replay client then uses one connection per origin) or `h1` (http/1.1 only, the
+    /// origin of the results before HTTP/2 was offered).
+    #[arg(long, default_value = "h2")]
+    origin_alpn: OriginAlpn,
 }
 
 #[derive(Args)]
@@ -185,6 +191,9 @@ struct ReplayOnce {
     resolve: Vec<String>,
     #[arg(long)]
     ca: Option<PathBuf>,
+    /// What HTTPS offers by ALPN: `h1` (http/1.1 only) or `h2` (h2 and http/1.1).
+    #[arg(long, default_value = "h1")]
+    https: String,
     /// Page deadline in seconds.
     #[arg(long, default_value_t = 120)]
     timeout_s: u64,
@@ -379,6 +388,7 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         sweep_workloads,
         resume: a.resume,
         peer_initcwnd: a.peer_initcwnd,
+        origin_alpn: a.origin_alpn,
         custom_profiles,
     })
 }
@@ -515,8 +525,17 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     let outcome = runner::run_suite(&s, &cx)?;
     let rows = outcome.rows;
     let pre = format!(
-        "Suite `{}`: profiles {:?}, {} repetitions per cell, order shuffled per repetition (seed {}).",
-        s.name, s.profiles, s.runs, s.seed
+        "Suite `{}`: profiles {:?}, {} repetitions per cell, order shuffled per repetition (seed {}). \
+         HTTPS origins offered {} by ALPN (`--origin-alpn {}`).",
+        s.name,
+        s.profiles,
+        s.runs,
+        s.seed,
+        match s.origin_alpn {
+            OriginAlpn::H1 => "http/1.1 only",
+            OriginAlpn::H2 => "h2 and http/1.1",
+        },
+        s.origin_alpn
     );
     write_run(
         &out,
@@ -695,6 +714,11 @@ fn replay_once(a: ReplayOnce) -> Result<()> {
     let mut cfg = ReplayConfig::new(&a.scheme);
     cfg.proxy = a.proxy;
     cfg.ca_pem = a.ca;
+    cfg.https = match a.https.as_str() {
+        "h1" => replay::HttpsProtocol::Http1,
+        "h2" => replay::HttpsProtocol::Http2,
+        other => bail!("--https must be h1 or h2, not {other:?}"),
+    };
     cfg.timeout = Duration::from_secs(a.timeout_s);
     parse_resolve(&mut cfg, &a.resolve)?;
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -79,6 +79,8 @@ pub struct Suite {
     pub peer_initcwnd: Option<u32>,
     /// Profiles read from files (`pageload --profile-file`), selected in `profiles` by name.
     pub custom_profiles: Vec<testbed::Profile>,
+    /// What the HTTPS origins offer by ALPN.
+    pub origin_alpn: crate::origin::OriginAlpn,
 }
 
 impl Suite {
@@ -135,6 +137,11 @@ impl Suite {
             .peer_initcwnd
             .map(|n| format!(" peer_initcwnd={n}"))
             .unwrap_or_default()
+            // Runs from before h2 was offered had http/1.1-only origins: they resume with h1.
+            + match self.origin_alpn {
+                crate::origin::OriginAlpn::H1 => "",
+                crate::origin::OriginAlpn::H2 => " origin_alpn=h2",
+            }
     }
 
     /// The settings a checkpoint of `profile` must match: [`Suite::settings`], and for a profile
@@ -341,6 +348,7 @@ mod tests {
             resume: false,
             peer_initcwnd: None,
             custom_profiles: Vec::new(),
+            origin_alpn: crate::origin::OriginAlpn::H1,
         }
     }
 

@@ -57,7 +57,14 @@ pub(super) fn run_profile(
     all: &[Workload],
     cp: &mut Checkpoint,
 ) -> Result<Outcome> {
-    let (site, _nginx) = serve_origin(bed, dir, all, suite.peer_initcwnd, &cx.log)?;
+    let (site, _nginx) = serve_origin(
+        bed,
+        dir,
+        all,
+        suite.peer_initcwnd,
+        suite.origin_alpn,
+        &cx.log,
+    )?;
     let pr = ProfileRun {
         suite,
         cx,
@@ -307,7 +314,7 @@ fn measure_cell(
     }
     let mut rows = Vec::new();
     for (i, sys) in active.iter().enumerate() {
-        let row = Row::measured(
+        let mut row = Row::measured(
             pr.profile(),
             &w.id,
             client,
@@ -317,6 +324,9 @@ fn measure_cell(
             std::mem::take(&mut samples[i]),
             std::mem::take(&mut errors[i]),
         );
+        if scheme == "https" {
+            row.origin_alpn = Some(pr.tr.site.alpn.as_str().into());
+        }
         pr.log(&format!(
             "      {:<44} median {:>8} ms  p95 {:>8} ms  ({} ok, {} failed)",
             sys.spec.label(),

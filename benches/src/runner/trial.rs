@@ -83,7 +83,8 @@ impl Trialer<'_> {
         cmd.args(["replay-once", "--workloads-dir"])
             .arg(self.workloads_dir)
             .args(["--workload", w, "--scheme", scheme, "--ca"])
-            .arg(&self.site.ca_pem);
+            .arg(&self.site.ca_pem)
+            .args(["--https", self.site.alpn.as_str()]);
         if let Some(p) = proxy {
             cmd.args(["--proxy", &p.to_string()]);
         }
