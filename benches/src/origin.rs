@@ -13,6 +13,8 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+/// The site's directory under a profile's run directory.
+pub const SITE_DIR: &str = "origin";
 /// First extra origin address; host `k` (in [`Site::hosts`] order) gets `.10 + k`.
 pub const FIRST_HOST_OCTET: u8 = 10;
 /// Most host names one site serves (keeps the addresses inside 10.77.3.0/24).

@@ -22,6 +22,9 @@
 //!   the HTTP/1.1 behaviour above. Through a proxy, the connection is one `CONNECT` tunnel per
 //!   origin, with HTTP/2 inside it end to end. Plain HTTP is always HTTP/1.1 (browsers do not
 //!   speak cleartext HTTP/2).
+//! - [`HttpsProtocol::Http3`]: HTTP/3 over QUIC straight to the origin's UDP port
+//!   ([`crate::http3`]), scheduled as for `h2`: one connection per host, a level's requests at
+//!   once, within the server's `initial_max_streams_bidi`. Not through a proxy.
 //!
 //! It does not render, execute scripts, cache, or send HTTP/2 priorities (the `h2` crate has
 //! none; every stream gets the default weight).
@@ -62,6 +65,9 @@ pub enum HttpsProtocol {
     Http1,
     /// `h2` and `http/1.1`: one connection per host when the origin picks `h2`.
     Http2,
+    /// HTTP/3 over QUIC, straight to the origin (no proxy carries QUIC): one connection per
+    /// host, every request a stream sent at once, within the server's stream limit.
+    Http3,
 }
 
 /// How to reach the origins.
@@ -157,6 +163,8 @@ enum Session {
         send: h2::client::SendRequest<bytes::Bytes>,
         tls: Option<String>,
     },
+    /// HTTP/3: every request is a stream on this QUIC connection.
+    H3(crate::http3::SendRequest),
     /// The origin chose `http/1.1`: up to `max_per_host` connections, the first of which is
     /// in the idle pool; a request takes a permit first.
     H1(Arc<tokio::sync::Semaphore>),
@@ -171,12 +179,15 @@ struct Shared {
     opened: Mutex<usize>,
     /// Per host, its session once the first connection is up (HTTP/2 offered only).
     sessions: Mutex<HashMap<String, Arc<tokio::sync::OnceCell<Session>>>>,
+    /// The QUIC endpoint, for HTTP/3.
+    quic: Option<quinn::Endpoint>,
 }
 
 impl Shared {
-    /// Whether HTTPS offers `h2`, so requests go through [`fetch_session`].
-    fn offers_h2(&self) -> bool {
-        self.tls.is_some() && self.cfg.https == HttpsProtocol::Http2
+    /// Whether requests go through one session per host ([`fetch_session`]): HTTPS offering
+    /// `h2`, or HTTP/3.
+    fn multiplexes(&self) -> bool {
+        self.tls.is_some() && self.cfg.https != HttpsProtocol::Http1
     }
 }
 
@@ -231,10 +242,21 @@ pub async fn load_page(w: &Workload, cfg: &ReplayConfig) -> Result<PageLoad> {
         let alpn: &[&[u8]] = match cfg.https {
             HttpsProtocol::Http1 => &[b"http/1.1"],
             HttpsProtocol::Http2 => &[b"h2", b"http/1.1"],
+            HttpsProtocol::Http3 => &[crate::http3::ALPN],
         };
         Some(tls_connector(ca, alpn)?)
     } else {
         None
+    };
+    let quic = match (&cfg.https, cfg.scheme.as_str()) {
+        (HttpsProtocol::Http3, "https") => {
+            if let Some(p) = cfg.proxy {
+                bail!("HTTP/3 goes straight to the origin: QUIC does not cross the HTTP proxy {p}");
+            }
+            let ca = cfg.ca_pem.as_deref().expect("checked above");
+            Some(crate::http3::client_endpoint(tls_config(ca, &[])?)?)
+        }
+        _ => None,
     };
     let shared = Arc::new(Shared {
         w: w.clone(),
@@ -244,6 +266,7 @@ pub async fn load_page(w: &Workload, cfg: &ReplayConfig) -> Result<PageLoad> {
         idle: Mutex::new(HashMap::new()),
         opened: Mutex::new(0),
         sessions: Mutex::new(HashMap::new()),
+        quic,
     });
     let fut = run(shared.clone());
     let objects = tokio::time::timeout(cfg.timeout, fut)
@@ -266,7 +289,7 @@ pub async fn load_page(w: &Workload, cfg: &ReplayConfig) -> Result<PageLoad> {
 async fn run(shared: Arc<Shared>) -> Result<Vec<ObjectTime>> {
     let w = &shared.w;
     let n = w.objects.len();
-    let max = if shared.offers_h2() {
+    let max = if shared.multiplexes() {
         usize::MAX
     } else {
         shared.cfg.max_per_host.max(1)
@@ -291,7 +314,7 @@ async fn run(shared: Arc<Shared>) -> Result<Vec<ObjectTime>> {
                 *b += 1;
                 let shared = shared.clone();
                 tasks.spawn(async move {
-                    let t = if shared.offers_h2() {
+                    let t = if shared.multiplexes() {
                         fetch_session(&shared, i, discovered_ms).await
                     } else {
                         fetch(&shared, i, discovered_ms).await
@@ -412,6 +435,29 @@ async fn fetch_session(shared: &Shared, i: usize, discovered_ms: f64) -> Result<
             t.new_connection |= new_connection;
             Ok(t)
         }
+        Session::H3(send) => {
+            let url = format!("https://{}{}", o.host, o.path);
+            let (status, bytes) = crate::http3::get(send.clone(), &url)
+                .await
+                .with_context(|| format!("{url} over h3"))?;
+            let done_ms = ms(shared.start);
+            if status != 200 {
+                bail!("{url}: status {status}");
+            }
+            if bytes != o.size {
+                bail!("{url}: {bytes} bytes, expected {}", o.size);
+            }
+            Ok(ObjectTime {
+                url: format!("{}{}", o.host, o.path),
+                discovered_ms,
+                request_ms,
+                done_ms,
+                bytes,
+                new_connection,
+                tls: Some("TLSv1_3".into()),
+                alpn: Some("h3".into()),
+            })
+        }
         Session::H2 { send, tls } => {
             let url = format!("https://{}{}", o.host, o.path);
             let bytes = h2_get(send.clone(), &url)
@@ -436,8 +482,19 @@ async fn fetch_session(shared: &Shared, i: usize, discovered_ms: f64) -> Result<
 }
 
 /// Opens the first connection to `host` offering `h2` and `http/1.1`, and starts what the
-/// origin chose.
+/// origin chose; or, for HTTP/3, the host's QUIC connection.
 async fn open_session(shared: &Shared, host: &str) -> Result<Session> {
+    if let Some(ep) = &shared.quic {
+        *shared.opened.lock().expect("poisoned") += 1;
+        let ip = shared
+            .cfg
+            .resolve
+            .get(host)
+            .ok_or_else(|| anyhow!("no address for {host}"))?;
+        let send =
+            crate::http3::connect(ep, SocketAddr::new(*ip, shared.cfg.https_port), host).await?;
+        return Ok(Session::H3(send));
+    }
     let conn = open(shared, host).await?;
     if conn.alpn.as_deref() != Some("h2") {
         shared
@@ -568,7 +625,7 @@ async fn open(shared: &Shared, host: &str) -> Result<Conn> {
         let version = s.get_ref().1.protocol_version().map(|v| format!("{v:?}"));
         let alpn = match shared.cfg.https {
             HttpsProtocol::Http1 => None,
-            HttpsProtocol::Http2 => s
+            HttpsProtocol::Http2 | HttpsProtocol::Http3 => s
                 .get_ref()
                 .1
                 .alpn_protocol()
@@ -1190,5 +1247,73 @@ mod h2_tests {
             .all(|o| o.alpn.as_deref() == Some("http/1.1")));
         assert!(load.connections > 1 && load.connections <= DEFAULT_MAX_PER_HOST);
         assert_eq!(load.connections, accepted.load(Ordering::SeqCst));
+    }
+}
+
+#[cfg(test)]
+mod h3_tests {
+    use super::*;
+    use crate::origin::{OriginAlpn, Site};
+    use crate::workload::{generate_page, page_specs};
+
+    /// The `direct-h3` origin (the real `pageload h3-origin` code) on loopback, serving the site
+    /// of `w` as the runner writes it.
+    async fn origin(w: &Workload, tag: &str) -> (Site, SocketAddr) {
+        let dir = std::env::temp_dir().join(format!("longhaul-h3-{tag}-{}", std::process::id()));
+        let site = Site::prepare(&dir, std::slice::from_ref(w), OriginAlpn::H2).unwrap();
+        let cfg =
+            crate::http3::server_config(&dir.join("origin.pem"), &dir.join("origin.key")).unwrap();
+        let addrs =
+            crate::http3::spawn_server(dir.join("www"), cfg, &["127.0.0.1:0".parse().unwrap()])
+                .await
+                .unwrap();
+        (site, addrs[0])
+    }
+
+    fn config(site: &Site, addr: SocketAddr) -> ReplayConfig {
+        let mut cfg = ReplayConfig::new("https");
+        cfg.https = HttpsProtocol::Http3;
+        cfg.ca_pem = Some(site.ca_pem.clone());
+        cfg.https_port = addr.port();
+        cfg.resolve = site
+            .hosts
+            .iter()
+            .map(|(h, _)| (h.clone(), addr.ip()))
+            .collect();
+        cfg.timeout = Duration::from_secs(30);
+        cfg
+    }
+
+    #[tokio::test]
+    async fn a_page_loads_over_h3_from_the_origin_one_connection_per_host() {
+        let w = generate_page(&page_specs()[0]); // yahoo: two hosts, 30 objects
+        let (site, addr) = origin(&w, "page").await;
+        let load = load_page(&w, &config(&site, addr)).await.unwrap();
+        assert_eq!(load.objects.len(), 30);
+        assert_eq!(load.connections, 2);
+        assert!(load.objects.iter().all(|o| o.alpn.as_deref() == Some("h3")));
+        for (i, o) in w.objects.iter().enumerate() {
+            // Whole bodies of the sizes the page model says (load_page checks them too).
+            assert_eq!(load.objects[i].bytes, o.size);
+            if let Some(p) = o.parent {
+                assert!(load.objects[i].request_ms >= load.objects[p].done_ms);
+            }
+        }
+        std::fs::remove_dir_all(&site.dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn h3_fails_clearly_on_a_missing_object_and_refuses_a_proxy() {
+        let mut w = generate_page(page_specs().iter().find(|s| s.id == "google").unwrap());
+        let (site, addr) = origin(&w, "missing").await;
+        let mut cfg = config(&site, addr);
+        cfg.proxy = Some("127.0.0.1:3128".parse().unwrap());
+        let e = format!("{:#}", load_page(&w, &cfg).await.unwrap_err());
+        assert!(e.contains("QUIC does not cross"), "{e}");
+        cfg.proxy = None;
+        w.objects[1].path = "/no/such/file.css".into();
+        let e = format!("{:#}", load_page(&w, &cfg).await.unwrap_err());
+        assert!(e.contains("status 404"), "{e}");
+        std::fs::remove_dir_all(&site.dir).unwrap();
     }
 }

@@ -50,6 +50,9 @@ enum Cmd {
     ReplayOnce(ReplayOnce),
     /// Page loads arriving at a Poisson rate, as JSON on stdout (offered-load points).
     LoadOnce(LoadOnce),
+    /// The origin's HTTP/3 side (the `direct-h3` system, run in the origin namespace): serves
+    /// ROOT/HOST/PATH over QUIC on every --listen address until killed.
+    H3Origin(H3Origin),
     /// Write results.json, summary.md, load.json and the plots of a run directory from the
     /// cells its checkpoints hold (PROFILE/cells.jsonl), finished or not: a look at a long run
     /// while it runs or after it stopped, without running anything.
@@ -111,7 +114,7 @@ struct SuiteArgs {
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
     /// System ids (comma-separated): direct, single-proxy, squid-chain, haproxy-h2,
-    /// longhaul-tcp, longhaul-quic.
+    /// longhaul-tcp, longhaul-quic, direct-h3 (HTTPS only).
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
     /// Repetitions per cell.
@@ -177,6 +180,22 @@ struct SuiteArgs {
 }
 
 #[derive(Args)]
+struct H3Origin {
+    /// Document root: one directory per host name.
+    #[arg(long)]
+    root: PathBuf,
+    /// Certificate chain (PEM).
+    #[arg(long)]
+    cert: PathBuf,
+    /// Private key (PEM).
+    #[arg(long)]
+    key: PathBuf,
+    /// UDP address to serve on, repeated.
+    #[arg(long, required = true)]
+    listen: Vec<SocketAddr>,
+}
+
+#[derive(Args)]
 struct ReplayOnce {
     #[arg(long)]
     workloads_dir: PathBuf,
@@ -191,7 +210,8 @@ struct ReplayOnce {
     resolve: Vec<String>,
     #[arg(long)]
     ca: Option<PathBuf>,
-    /// What HTTPS offers by ALPN: `h1` (http/1.1 only) or `h2` (h2 and http/1.1).
+    /// What HTTPS offers by ALPN: `h1` (http/1.1 only), `h2` (h2 and http/1.1), or `h3`
+    /// (HTTP/3 over QUIC, direct only).
     #[arg(long, default_value = "h1")]
     https: String,
     /// Page deadline in seconds.
@@ -211,6 +231,7 @@ fn main() -> Result<()> {
         Cmd::Full(a) => suite("full", a),
         Cmd::Demo(a) => suite("demo", a),
         Cmd::ReplayOnce(a) => replay_once(a),
+        Cmd::H3Origin(a) => h3_origin(a),
         Cmd::LoadOnce(a) => load_once(a),
         Cmd::Report { dir } => report(&dir),
         Cmd::Plot { dir } => replot(&dir),
@@ -709,6 +730,14 @@ fn load_once(a: LoadOnce) -> Result<()> {
     Ok(())
 }
 
+fn h3_origin(a: H3Origin) -> Result<()> {
+    let cfg = longhaul_benches::http3::server_config(&a.cert, &a.key)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(longhaul_benches::http3::serve(a.root, cfg, &a.listen))
+}
+
 fn replay_once(a: ReplayOnce) -> Result<()> {
     let w = Workload::load(&a.workloads_dir, &a.workload)?;
     let mut cfg = ReplayConfig::new(&a.scheme);
@@ -717,7 +746,8 @@ fn replay_once(a: ReplayOnce) -> Result<()> {
     cfg.https = match a.https.as_str() {
         "h1" => replay::HttpsProtocol::Http1,
         "h2" => replay::HttpsProtocol::Http2,
-        other => bail!("--https must be h1 or h2, not {other:?}"),
+        "h3" => replay::HttpsProtocol::Http3,
+        other => bail!("--https must be h1, h2 or h3, not {other:?}"),
     };
     cfg.timeout = Duration::from_secs(a.timeout_s);
     parse_resolve(&mut cfg, &a.resolve)?;

@@ -133,8 +133,8 @@ fn start_shared(suite: &Suite, bed: &dyn Bed, dir: &Path) -> Result<Vec<Shared>>
     Ok(shared)
 }
 
-/// Starts every system of the suite that carries plain HTTP and waits until a page loads
-/// through it (a warm-up load, discarded). One that does not start is logged and gets a
+/// Starts every system of the suite that carries plain HTTP, or HTTPS when the suite loads
+/// it, and waits until a page loads through it over that scheme (a warm-up load, discarded). One that does not start is logged and gets a
 /// skipped row in each cell it would have been measured in.
 fn start_systems(pr: &ProfileRun, dir: &Path) -> Started {
     let suite = pr.suite;
@@ -145,9 +145,11 @@ fn start_systems(pr: &ProfileRun, dir: &Path) -> Started {
     };
     let mut slot = 0;
     for spec in &suite.systems {
-        if spec.unsupported("http").is_some() {
+        let Some(probe_scheme) = ["http", "https"].into_iter().find(|s| {
+            spec.unsupported(s).is_none() && (*s == "http" || suite.schemes.iter().any(|x| x == s))
+        }) else {
             continue;
-        }
+        };
         // Every variant of a system with a carrier (either carrier) gets its own edge port.
         let k = if spec.carrier().is_some() {
             slot += 1;
@@ -157,8 +159,11 @@ fn start_systems(pr: &ProfileRun, dir: &Path) -> Started {
         };
         let started = systems::start(pr.bed, dir, spec, k, &pr.tr.site.hosts).and_then(|mut r| {
             let proxy = r.proxy;
+            let http3 = r.spec.http3();
             systems::wait_ready(&mut r, || {
-                pr.tr.replay(proxy, &pr.probe_w, "http").map(|_| ())
+                pr.tr
+                    .replay_over(proxy, &pr.probe_w, probe_scheme, http3)
+                    .map(|_| ())
             })?;
             Ok(r)
         });

@@ -25,7 +25,7 @@ pub(super) fn serve_origin(
     alpn: OriginAlpn,
     log: &dyn Fn(&str),
 ) -> Result<(Site, Nginx)> {
-    let site = Site::prepare(&dir.join("origin"), all, alpn)?;
+    let site = Site::prepare(&dir.join(crate::origin::SITE_DIR), all, alpn)?;
     for (_, a) in &site.hosts {
         bed.add_origin_address(*a)?;
     }

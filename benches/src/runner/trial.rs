@@ -77,6 +77,18 @@ impl Trialer<'_> {
         w: &str,
         scheme: &str,
     ) -> Result<PageLoad> {
+        self.replay_over(proxy, w, scheme, false)
+    }
+
+    /// [`Trialer::replay`], over HTTP/3 when `http3` (HTTPS only, direct), else HTTPS offers
+    /// what the origin offers.
+    pub fn replay_over(
+        &self,
+        proxy: Option<std::net::SocketAddr>,
+        w: &str,
+        scheme: &str,
+        http3: bool,
+    ) -> Result<PageLoad> {
         self.prepare();
         let exe = std::env::current_exe()?;
         let mut cmd = self.bed.command(Node::Client, &exe.display().to_string());
@@ -84,7 +96,10 @@ impl Trialer<'_> {
             .arg(self.workloads_dir)
             .args(["--workload", w, "--scheme", scheme, "--ca"])
             .arg(&self.site.ca_pem)
-            .args(["--https", self.site.alpn.as_str()]);
+            .args([
+                "--https",
+                if http3 { "h3" } else { self.site.alpn.as_str() },
+            ]);
         if let Some(p) = proxy {
             cmd.args(["--proxy", &p.to_string()]);
         }
