@@ -106,8 +106,9 @@ pub struct Row {
     /// Why the row has no measurement, when it has none by design.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
-    /// What the HTTPS origin offered by ALPN (`h2`: h2 and http/1.1; `h1`: http/1.1 only), on
-    /// measured HTTPS rows; absent in results from before h2 was offered (http/1.1 only).
+    /// What the HTTPS origin offered by ALPN (`h2`: h2 and http/1.1; `h1`: http/1.1 only; `h3`:
+    /// the origin's QUIC side, for `direct-h3`), on measured HTTPS rows; absent in results from
+    /// before h2 was offered (http/1.1 only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin_alpn: Option<String>,
 }
@@ -492,23 +493,19 @@ pub fn longhaul_vs_h3_markdown(rows: &[Row]) -> String {
                 && r.group() == h.group()
         }) {
             if s.is_empty() {
+                s.push_str("\n## longhaul ÷ direct-h3\n\n");
                 s.push_str(
-                    "
-## longhaul ÷ direct-h3
-
-",
+                    "Same cell, same run; below 1: faster than direct HTTP/3. `direct-h3` is \
+                     HTTP/3 over QUIC straight to the origin; through longhaul (and every \
+                     explicit proxy) browsers use TCP, HTTPS in a CONNECT tunnel (explicit \
+                     proxies do not carry QUIC), so its rows are h2 or http/1.1 over TCP as \
+                     `origin_alpn` says. `direct` (TCP) is listed for reference.\n\n",
                 );
                 s.push_str(
-                    "Same cell, same run; below 1: faster than direct HTTP/3. `direct-h3` is                      HTTP/3 over QUIC straight to the origin; through longhaul (and every                      explicit proxy) browsers use TCP, HTTPS in a CONNECT tunnel (explicit                      proxies do not carry QUIC), so its rows are h2 or http/1.1 over TCP as                      `origin_alpn` says. `direct` (TCP) is listed for reference.
-
-",
+                    "| profile | workload | client | system | params | direct-h3 median ms \
+                     | system median ms | ÷ direct-h3 median | ÷ direct-h3 p95 |\n",
                 );
-                s.push_str("| profile | workload | client | system | params | direct-h3 median ms | system median ms | ÷ direct-h3 median | ÷ direct-h3 p95 |
-");
-                s.push_str(
-                    "|---|---|---|---|---|---:|---:|---:|---:|
-",
-                );
+                s.push_str("|---|---|---|---|---|---:|---:|---:|---:|\n");
             }
             let _ = writeln!(
                 s,

@@ -112,6 +112,7 @@ fn quick_slice_runs_end_to_end_on_veth() {
             .unwrap_or_else(|| panic!("no direct-h3 row for {client}"));
         assert_eq!(r["runs"], 2, "{r}");
         assert_eq!(r["failures"], 0, "{r}");
+        assert_eq!(r["origin_alpn"], "h3", "{r}");
         let h = rows
             .iter()
             .find(|r| r["system"] == "direct-h3" && r["scheme"] == "http" && r["client"] == client)

@@ -330,7 +330,13 @@ fn measure_cell(
             std::mem::take(&mut errors[i]),
         );
         if scheme == "https" {
-            row.origin_alpn = Some(pr.tr.site.alpn.as_str().into());
+            // direct-h3 reaches the origin's QUIC side, which offers h3 alone.
+            let alpn = if sys.spec.http3() {
+                "h3"
+            } else {
+                pr.tr.site.alpn.as_str()
+            };
+            row.origin_alpn = Some(alpn.into());
         }
         pr.log(&format!(
             "      {:<44} median {:>8} ms  p95 {:>8} ms  ({} ok, {} failed)",
