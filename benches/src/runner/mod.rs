@@ -437,7 +437,12 @@ mod tests {
         let mut c = a.clone();
         c.peer_initcwnd = Some(32);
         assert_eq!(c.settings(), format!("{} peer_initcwnd=32", a.settings()));
-        assert!(!a.settings().contains("peer_initcwnd"));
+        assert!(!a.settings().contains("peer_initcwnd")); // Likewise http/1.1-only origins (--origin-alpn h1) keep the settings of runs from
+                                                          // before h2 was offered, so those resume; h2 origins are another measurement.
+        assert!(!a.settings().contains("origin_alpn"));
+        let mut d = a.clone();
+        d.origin_alpn = crate::origin::OriginAlpn::H2;
+        assert_eq!(d.settings(), format!("{} origin_alpn=h2", a.settings()));
     }
 
     #[test]
