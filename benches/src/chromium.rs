@@ -6,7 +6,9 @@
 //! lists each sub-resource's body size (Resource Timing), which [`check_objects`] compares with
 //! the workload, because the load event fires even when sub-resources fail (a proxy's 502 page).
 //! HTTPS trusts the run's server key through `--ignore-certificate-errors-spki-list` (Chromium's
-//! switch for pinning a test key without touching the system trust store).
+//! switch for pinning a test key without touching the system trust store; it holds for QUIC
+//! too). For the `direct-h3` system QUIC is enabled and forced for the bed's origins
+//! (`--origin-to-force-quic-on=HOST:443,…`); otherwise it stays off.
 //!
 //! Chromium's own service traffic (sign-in, component updates, which the flags do not all stop)
 //! bypasses the proxy and fails at once in the client namespace ([`SERVICE_HOSTS`]): the test bed
@@ -41,15 +43,25 @@ pub const FLAGS: [&str; 9] = [
 /// and resolve to nothing.
 pub const SERVICE_HOSTS: [&str; 2] = ["*.google.com", "*.googleapis.com"];
 
-/// Arguments of one load of `url`.
+/// Arguments of one load of `url`; with `http3`, QUIC to every origin of `resolve` on 443.
 pub fn args(
     url: &str,
     profile_dir: &Path,
     proxy: Option<SocketAddr>,
     resolve: &[(String, IpAddr)],
     spki: Option<&str>,
+    http3: bool,
 ) -> Vec<String> {
-    let mut a: Vec<String> = FLAGS.iter().map(|s| s.to_string()).collect();
+    let mut a: Vec<String> = FLAGS
+        .iter()
+        .filter(|f| !(http3 && **f == "--disable-quic"))
+        .map(|s| s.to_string())
+        .collect();
+    if http3 {
+        a.push("--enable-quic".into());
+        let origins: Vec<String> = resolve.iter().map(|(h, _)| format!("{h}:443")).collect();
+        a.push(format!("--origin-to-force-quic-on={}", origins.join(",")));
+    }
     a.push(format!("--user-data-dir={}", profile_dir.display()));
     match proxy {
         Some(p) => a.push(format!("--proxy-server=http://{p}")),
@@ -280,15 +292,18 @@ mod tests {
             Some("10.77.1.1:3128".parse().unwrap()),
             &[],
             None,
+            false,
         );
         assert!(a.contains(&"--proxy-server=http://10.77.1.1:3128".to_string()));
         assert!(a.contains(&"--disable-quic".to_string()));
+        assert!(!a.iter().any(|x| x.contains("force-quic")));
         let a = args(
             "https://a.test/",
             Path::new("/tmp/p"),
             None,
             &[("a.test".into(), "10.77.3.10".parse().unwrap())],
             Some("abc="),
+            false,
         );
         assert!(a.contains(
             &"--host-resolver-rules=MAP a.test 10.77.3.10,MAP *.google.com ~NOTFOUND,\
@@ -298,5 +313,23 @@ mod tests {
         assert!(a.contains(&"--proxy-bypass-list=*.google.com;*.googleapis.com".to_string()));
         assert!(a.contains(&"--ignore-certificate-errors-spki-list=abc=".to_string()));
         assert_eq!(a.last().unwrap(), "https://a.test/");
+        // direct-h3: QUIC on, forced for every origin, the same key pinned.
+        let hosts = [
+            ("a.test".to_string(), "10.77.3.10".parse().unwrap()),
+            ("b.test".to_string(), "10.77.3.11".parse().unwrap()),
+        ];
+        let a = args(
+            "https://a.test/",
+            Path::new("/tmp/p"),
+            None,
+            &hosts,
+            Some("abc="),
+            true,
+        );
+        assert!(!a.contains(&"--disable-quic".to_string()));
+        assert!(a.contains(&"--enable-quic".to_string()));
+        assert!(a.contains(&"--origin-to-force-quic-on=a.test:443,b.test:443".to_string()));
+        assert!(a.contains(&"--ignore-certificate-errors-spki-list=abc=".to_string()));
+        assert!(a.contains(&"--no-proxy-server".to_string()));
     }
 }

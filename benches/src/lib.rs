@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod chromium;
 pub mod clients;
 pub mod floor;
+pub mod http3;
 pub mod load;
 pub mod model;
 pub mod origin;

@@ -262,6 +262,9 @@ pub fn points(rows: &[Row], workloads_dir: &Path, max_per_host: usize) -> Vec<Mo
     let keys: BTreeSet<(&str, &str, &str)> = rows
         .iter()
         .filter(|r| r.client == clients::replay::ID && r.measured)
+        // The model is of the HTTP/1.1 client: not of HTTPS cells whose origins offered h2 (or
+        // direct-h3's HTTP/3), where the client multiplexes one connection per host.
+        .filter(|r| !matches!(r.origin_alpn.as_deref(), Some("h2" | "h3")))
         .map(|r| (r.profile.as_str(), r.workload.as_str(), r.scheme.as_str()))
         .collect();
     let mut out = Vec::new();
@@ -410,6 +413,30 @@ pub fn excess_markdown(profile: &str, link: &SplitLink, trials: &[TrialLine]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_covers_cells_of_the_http1_client_only() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+        let row = |alpn: Option<&str>| {
+            let mut r = Row::measured(
+                "pacific",
+                "yahoo",
+                "replay",
+                "direct",
+                Default::default(),
+                "https",
+                vec![1000.0],
+                vec![],
+            );
+            r.origin_alpn = alpn.map(str::to_string);
+            r
+        };
+        // Results from before h2 (no origin_alpn) and from --origin-alpn h1 have the model.
+        assert_eq!(points(&[row(None)], &dir, 6).len(), 1);
+        assert_eq!(points(&[row(Some("h1"))], &dir, 6).len(), 1);
+        assert!(points(&[row(Some("h2"))], &dir, 6).is_empty());
+        assert!(points(&[row(Some("h3"))], &dir, 6).is_empty());
+    }
     use crate::workload::{generate_mixed, generate_page, page_specs, Kind, Object};
 
     fn link() -> SplitLink {
@@ -528,6 +555,7 @@ mod tests {
             bytes: 12_500,
             new_connection,
             tls: None,
+            alpn: None,
         };
         // 150 ms round trip + 1 ms of bytes; a new connection 20 ms more (HTTP) or 180 (HTTPS).
         assert!((excess_ms(&link(), false, &o(false, 151.0))).abs() < 1e-9);

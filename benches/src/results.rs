@@ -6,7 +6,7 @@
 
 use crate::clients;
 use crate::stats;
-use crate::systems::{direct, haproxy_h2, longhaul, squid_chain};
+use crate::systems::{direct, direct_h3, haproxy_h2, longhaul, squid_chain};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -106,6 +106,11 @@ pub struct Row {
     /// Why the row has no measurement, when it has none by design.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// What the HTTPS origin offered by ALPN (`h2`: h2 and http/1.1; `h1`: http/1.1 only; `h3`:
+    /// the origin's QUIC side, for `direct-h3`), on measured HTTPS rows; absent in results from
+    /// before h2 was offered (http/1.1 only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_alpn: Option<String>,
 }
 
 impl Row {
@@ -155,6 +160,7 @@ impl Row {
             samples_ms,
             errors: distinct,
             note: None,
+            origin_alpn: None,
         }
     }
 
@@ -179,6 +185,7 @@ impl Row {
             note: Some(
                 "analytic floor (levels x RTT + bytes / rate), computed, not measured".into(),
             ),
+            origin_alpn: None,
         }
     }
 
@@ -468,11 +475,62 @@ pub fn quic_vs_tcp_markdown(rows: &[Row]) -> String {
     s
 }
 
+/// longhaul against direct HTTP/3: for every (profile, workload, client) where `direct-h3`
+/// was measured, every measured longhaul row (and `direct`, TCP, for reference) of the same
+/// cell over HTTPS, with the ratio of medians and of p95 to `direct-h3` (below 1: faster than
+/// direct HTTP/3). Empty when `direct-h3` was not measured.
+pub fn longhaul_vs_h3_markdown(rows: &[Row]) -> String {
+    let mut s = String::new();
+    for h in rows
+        .iter()
+        .filter(|r| r.system == direct_h3::ID && r.measured && r.runs > 0)
+    {
+        for r in rows.iter().filter(|r| {
+            (r.system == longhaul::TCP_ID
+                || r.system == longhaul::QUIC_ID
+                || r.system == direct::ID)
+                && r.measured
+                && r.group() == h.group()
+        }) {
+            if s.is_empty() {
+                s.push_str("\n## longhaul ÷ direct-h3\n\n");
+                s.push_str(
+                    "Same cell, same run; below 1: faster than direct HTTP/3. `direct-h3` is \
+                     HTTP/3 over QUIC straight to the origin; through longhaul (and every \
+                     explicit proxy) browsers use TCP, HTTPS in a CONNECT tunnel (explicit \
+                     proxies do not carry QUIC), so its rows are h2 or http/1.1 over TCP as \
+                     `origin_alpn` says. `direct` (TCP) is listed for reference.\n\n",
+                );
+                s.push_str(
+                    "| profile | workload | client | system | params | direct-h3 median ms \
+                     | system median ms | ÷ direct-h3 median | ÷ direct-h3 p95 |\n",
+                );
+                s.push_str("|---|---|---|---|---|---:|---:|---:|---:|\n");
+            }
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.profile,
+                r.workload,
+                r.client,
+                r.system,
+                r.params.label(),
+                ms(h.plt_ms_median),
+                ms(r.plt_ms_median),
+                x(stats::ratio(r.plt_ms_median, h.plt_ms_median)),
+                x(stats::ratio(r.plt_ms_p95, h.plt_ms_p95)),
+            );
+        }
+    }
+    s
+}
+
 /// The summary document: header, table, QUIC against TCP, notes of skipped rows and errors.
 pub fn markdown_summary(title: &str, preamble: &str, rows: &[Row]) -> String {
     let mut s = format!("# {title}\n\n{preamble}\n\n");
     s.push_str(&markdown_table(rows));
     s.push_str(&quic_vs_tcp_markdown(rows));
+    s.push_str(&longhaul_vs_h3_markdown(rows));
     let notes: Vec<&Row> = rows
         .iter()
         .filter(|r| r.note.is_some() && r.system != FLOOR)
@@ -671,5 +729,41 @@ mod tests {
         let mut r = rows();
         r[2].measured = true;
         assert!(validate(&r).is_err());
+    }
+
+    #[test]
+    fn longhaul_is_set_against_direct_h3_in_the_same_https_cell() {
+        let mut r = rows();
+        assert_eq!(longhaul_vs_h3_markdown(&r), "");
+        let lh = |sys: &str, ms: Vec<f64>| {
+            Row::measured(
+                "pacific",
+                "yahoo",
+                "replay",
+                sys,
+                Params::default(),
+                "https",
+                ms,
+                vec![],
+            )
+        };
+        r.push(lh("direct-h3", vec![1000.0, 1000.0, 1200.0]));
+        r.push(lh("longhaul-tcp", vec![600.0, 600.0, 600.0]));
+        r.push(lh("longhaul-quic", vec![500.0]));
+        let md = longhaul_vs_h3_markdown(&r);
+        assert!(md.contains("## longhaul ÷ direct-h3"), "{md}");
+        assert!(md.contains("browsers use TCP"), "{md}");
+        assert!(
+            md.contains("| pacific | yahoo | replay | longhaul-tcp |  | 1000 | 600 | 0.60 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| longhaul-quic |  | 1000 | 500 | 0.50 |"),
+            "{md}"
+        );
+        // direct over TCP for reference; the HTTP rows and longhaul-tcp's HTTP row are not here.
+        assert!(md.contains("| direct |  | 1000 | 2000 | 2.00 |"), "{md}");
+        assert_eq!(md.matches("\n| pacific").count(), 3, "{md}");
+        assert!(markdown_summary("t", "p", &r).contains("## longhaul ÷ direct-h3"));
     }
 }

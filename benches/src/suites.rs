@@ -124,6 +124,7 @@ pub const FULL: SuiteDef = SuiteDef {
         "haproxy-h2",
         "longhaul-tcp",
         "longhaul-quic",
+        "direct-h3",
     ],
     runs: 10,
     clients: &["replay", "chromium"],

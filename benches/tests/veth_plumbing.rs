@@ -36,7 +36,7 @@ fn quick_slice_runs_end_to_end_on_veth() {
             "--bed",
             "veth",
             "--systems",
-            "direct,single-proxy",
+            "direct,single-proxy,direct-h3",
             "--workloads",
             "yahoo",
         ])
@@ -80,6 +80,7 @@ fn quick_slice_runs_end_to_end_on_veth() {
         ("replay", "http"),
         ("replay", "https"),
         ("chromium", "http"),
+        ("chromium", "https"),
     ] {
         for system in ["direct", "single-proxy"] {
             let r = rows
@@ -90,6 +91,12 @@ fn quick_slice_runs_end_to_end_on_veth() {
             assert_eq!(r["failures"], 0, "{r}");
             assert!(r["plt_ms_median"].as_f64().unwrap() > 0.0);
             assert!(r["ratio_to_direct"].as_f64().is_some());
+            // The origin offered h2 (the default), recorded on HTTPS rows only.
+            if scheme == "https" {
+                assert_eq!(r["origin_alpn"], "h2", "{r}");
+            } else {
+                assert!(r.get("origin_alpn").is_none(), "{r}");
+            }
         }
         let f = rows
             .iter()
@@ -97,9 +104,49 @@ fn quick_slice_runs_end_to_end_on_veth() {
             .unwrap();
         assert_eq!(f["measured"], false);
     }
-    assert!(out.join("summary.md").is_file());
-    // Every HTTPS object went over TLS 1.3 with the nginx origin (direct and through Squid's
-    // CONNECT tunnel alike).
+    // direct-h3: HTTPS only, both clients over HTTP/3 to the origin's QUIC side.
+    for client in ["replay", "chromium"] {
+        let r = rows
+            .iter()
+            .find(|r| r["system"] == "direct-h3" && r["scheme"] == "https" && r["client"] == client)
+            .unwrap_or_else(|| panic!("no direct-h3 row for {client}"));
+        assert_eq!(r["runs"], 2, "{r}");
+        assert_eq!(r["failures"], 0, "{r}");
+        assert_eq!(r["origin_alpn"], "h3", "{r}");
+        let h = rows
+            .iter()
+            .find(|r| r["system"] == "direct-h3" && r["scheme"] == "http" && r["client"] == client)
+            .unwrap();
+        assert_eq!(h["measured"], false, "{h}");
+        assert_eq!(h["note"], "HTTP/3 is HTTPS only", "{h}");
+    }
+    let h3_log = std::fs::read_to_string(out.join("veth-nodelay/direct-h3/h3-origin.log")).unwrap();
+    let page = "GET www.yahoo.test/index.html 200";
+    // The warm-up and two replay loads, and Chromium's two loads, reached it over QUIC.
+    assert_eq!(
+        h3_log
+            .lines()
+            .filter(|l| l.contains(page) && l.ends_with("\"longhaul-replay\""))
+            .count(),
+        3,
+        "{h3_log}"
+    );
+    assert_eq!(
+        h3_log
+            .lines()
+            .filter(|l| l.contains(page) && l.contains("Chrome/"))
+            .count(),
+        2,
+        "{h3_log}"
+    );
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.contains("## longhaul ÷ direct-h3"), "{summary}");
+    assert!(
+        summary.contains("HTTPS origins offered h2 and http/1.1"),
+        "{summary}"
+    );
+    // Every HTTPS object went over TLS 1.3 and HTTP/2 with the nginx origin (direct and through
+    // Squid's CONNECT tunnel alike), or HTTP/3 for direct-h3; one connection per host name.
     let trials = std::fs::read_to_string(out.join("veth-nodelay").join("trials.jsonl")).unwrap();
     let mut https_objects = 0;
     for line in trials.lines() {
@@ -109,8 +156,15 @@ fn quick_slice_runs_end_to_end_on_veth() {
         }
         for o in t["load"]["objects"].as_array().unwrap() {
             assert_eq!(o["tls"], "TLSv1_3", "{o}");
+            let alpn = if t["system"] == "direct-h3" {
+                "h3"
+            } else {
+                "h2"
+            };
+            assert_eq!(o["alpn"], alpn, "{o}");
             https_objects += 1;
         }
+        assert_eq!(t["load"]["connections"], 2, "{t}");
     }
     assert!(https_objects > 0, "no HTTPS trial in {trials}");
     std::fs::remove_dir_all(&out).unwrap();

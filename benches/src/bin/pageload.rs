@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use longhaul_benches::bed::{Bed, EmulatedBed, VethBed};
 use longhaul_benches::load;
 use longhaul_benches::model;
+use longhaul_benches::origin::OriginAlpn;
 use longhaul_benches::plots;
 use longhaul_benches::replay::{self, ReplayConfig};
 use longhaul_benches::results::{self, Row};
@@ -50,6 +51,9 @@ enum Cmd {
     ReplayOnce(ReplayOnce),
     /// Page loads arriving at a Poisson rate, as JSON on stdout (offered-load points).
     LoadOnce(LoadOnce),
+    /// The origin's HTTP/3 side (the `direct-h3` system, run in the origin namespace): serves
+    /// ROOT/HOST/PATH over QUIC on every --listen address until killed.
+    H3Origin(H3Origin),
     /// Write results.json, summary.md, load.json and the plots of a run directory from the
     /// cells its checkpoints hold (PROFILE/cells.jsonl), finished or not: a look at a long run
     /// while it runs or after it stopped, without running anything.
@@ -117,7 +121,7 @@ struct SuiteArgs {
     #[arg(long = "workload-file")]
     workload_files: Vec<PathBuf>,
     /// System ids (comma-separated): direct, single-proxy, squid-chain, haproxy-h2,
-    /// longhaul-tcp, longhaul-quic.
+    /// longhaul-tcp, longhaul-quic, direct-h3 (HTTPS only).
     #[arg(long, value_delimiter = ',')]
     systems: Option<Vec<String>>,
     /// Repetitions per cell.
@@ -176,6 +180,27 @@ struct SuiteArgs {
     /// starts. Every proxy chain crossing the long link gets it; direct does not.
     #[arg(long)]
     peer_initcwnd: Option<u32>,
+    /// What the HTTPS origins offer by ALPN: `h2` (h2 and http/1.1, as most HTTPS sites do;
+    /// the replay client then uses one connection per origin) or `h1` (http/1.1 only, the
+    /// origin of the results before HTTP/2 was offered).
+    #[arg(long, default_value = "h2")]
+    origin_alpn: OriginAlpn,
+}
+
+#[derive(Args)]
+struct H3Origin {
+    /// Document root: one directory per host name.
+    #[arg(long)]
+    root: PathBuf,
+    /// Certificate chain (PEM).
+    #[arg(long)]
+    cert: PathBuf,
+    /// Private key (PEM).
+    #[arg(long)]
+    key: PathBuf,
+    /// UDP address to serve on, repeated.
+    #[arg(long, required = true)]
+    listen: Vec<SocketAddr>,
 }
 
 #[derive(Args)]
@@ -193,6 +218,10 @@ struct ReplayOnce {
     resolve: Vec<String>,
     #[arg(long)]
     ca: Option<PathBuf>,
+    /// What HTTPS offers by ALPN: `h1` (http/1.1 only), `h2` (h2 and http/1.1), or `h3`
+    /// (HTTP/3 over QUIC, direct only).
+    #[arg(long, default_value = "h1")]
+    https: String,
     /// Page deadline in seconds.
     #[arg(long, default_value_t = 120)]
     timeout_s: u64,
@@ -210,6 +239,7 @@ fn main() -> Result<()> {
         Cmd::Full(a) => suite("full", a),
         Cmd::Demo(a) => suite("demo", a),
         Cmd::ReplayOnce(a) => replay_once(a),
+        Cmd::H3Origin(a) => h3_origin(a),
         Cmd::LoadOnce(a) => load_once(a),
         Cmd::Report { dir } => report(&dir),
         Cmd::Plot { dir } => replot(&dir),
@@ -393,6 +423,7 @@ fn build_suite(name: &str, a: &SuiteArgs) -> Result<Suite> {
         sweep_workloads,
         resume: a.resume,
         peer_initcwnd: a.peer_initcwnd,
+        origin_alpn: a.origin_alpn,
         custom_profiles,
         custom_workloads: custom_workloads.into_iter().map(|(w, _)| w).collect(),
     })
@@ -581,8 +612,17 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     let outcome = runner::run_suite(&s, &cx)?;
     let rows = outcome.rows;
     let pre = format!(
-        "Suite `{}`: profiles {:?}, {} repetitions per cell, order shuffled per repetition (seed {}).",
-        s.name, s.profiles, s.runs, s.seed
+        "Suite `{}`: profiles {:?}, {} repetitions per cell, order shuffled per repetition (seed {}). \
+         HTTPS origins offered {} by ALPN (`--origin-alpn {}`).",
+        s.name,
+        s.profiles,
+        s.runs,
+        s.seed,
+        match s.origin_alpn {
+            OriginAlpn::H1 => "http/1.1 only",
+            OriginAlpn::H2 => "h2 and http/1.1",
+        },
+        s.origin_alpn
     );
     write_run(
         &out,
@@ -756,11 +796,25 @@ fn load_once(a: LoadOnce) -> Result<()> {
     Ok(())
 }
 
+fn h3_origin(a: H3Origin) -> Result<()> {
+    let cfg = longhaul_benches::http3::server_config(&a.cert, &a.key)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(longhaul_benches::http3::serve(a.root, cfg, &a.listen))
+}
+
 fn replay_once(a: ReplayOnce) -> Result<()> {
     let w = Workload::load(&a.workloads_dir, &a.workload)?;
     let mut cfg = ReplayConfig::new(&a.scheme);
     cfg.proxy = a.proxy;
     cfg.ca_pem = a.ca;
+    cfg.https = match a.https.as_str() {
+        "h1" => replay::HttpsProtocol::Http1,
+        "h2" => replay::HttpsProtocol::Http2,
+        "h3" => replay::HttpsProtocol::Http3,
+        other => bail!("--https must be h1, h2 or h3, not {other:?}"),
+    };
     cfg.timeout = Duration::from_secs(a.timeout_s);
     parse_resolve(&mut cfg, &a.resolve)?;
     let rt = tokio::runtime::Builder::new_current_thread()

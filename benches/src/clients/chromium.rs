@@ -35,7 +35,14 @@ impl Client for Chromium {
         tr.prepare();
         let profile = tr.scratch_dir("chromium")?;
         let spki = (scheme == "https").then_some(tr.site.spki_sha256.as_str());
-        let args = browser::args(&w.url(scheme, 0), &profile, sys.proxy, &tr.site.hosts, spki);
+        let args = browser::args(
+            &w.url(scheme, 0),
+            &profile,
+            sys.proxy,
+            &tr.site.hosts,
+            spki,
+            sys.spec.http3(),
+        );
         let mut cmd = tr.bed.command(Node::Client, "timeout");
         cmd.arg(format!("{}", browser::DEFAULT_TIMEOUT.as_secs() + 10))
             .arg("chromium")

@@ -2,7 +2,8 @@
 //! [`Client`], registered once in [`REGISTRY`].
 //!
 //! - [`replay`]: the browser-like replay client (`pageload replay-once` in the client
-//!   namespace): HTTP/1.1, six connections per host, level by level.
+//!   namespace): HTTP/1.1 with six connections per host, or over HTTPS one HTTP/2 (or, for
+//!   `direct-h3`, HTTP/3) connection per host; level by level.
 //! - [`chromium`]: headless Chromium, the real browser.
 //!
 //! Adding a client is one file: a type implementing [`Client`] and its line in [`REGISTRY`].

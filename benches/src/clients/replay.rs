@@ -24,14 +24,15 @@ impl Client for Replay {
     }
 
     fn load(&self, tr: &Trialer<'_>, sys: &Running, w: &Workload, scheme: &str) -> Result<f64> {
-        tr.replay(sys.proxy, &w.id, scheme).map(|p| {
-            // Per-object times of every replay load, for later reading.
-            let line = serde_json::json!({
-                "workload": w.id, "system": sys.spec.id, "params": sys.spec.params,
-                "scheme": scheme, "load": p,
-            });
-            tr.record_trial(&line);
-            p.plt_ms
-        })
+        tr.replay_over(sys.proxy, &w.id, scheme, sys.spec.http3())
+            .map(|p| {
+                // Per-object times of every replay load, for later reading.
+                let line = serde_json::json!({
+                    "workload": w.id, "system": sys.spec.id, "params": sys.spec.params,
+                    "scheme": scheme, "load": p,
+                });
+                tr.record_trial(&line);
+                p.plt_ms
+            })
     }
 }

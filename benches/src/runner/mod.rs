@@ -81,6 +81,8 @@ pub struct Suite {
     pub custom_profiles: Vec<testbed::Profile>,
     /// Page models read from files (`pageload --workload-file`), selected in `workloads` by id.
     pub custom_workloads: Vec<Workload>,
+    /// What the HTTPS origins offer by ALPN.
+    pub origin_alpn: crate::origin::OriginAlpn,
 }
 
 impl Suite {
@@ -137,6 +139,11 @@ impl Suite {
             .peer_initcwnd
             .map(|n| format!(" peer_initcwnd={n}"))
             .unwrap_or_default()
+            // Runs from before h2 was offered had http/1.1-only origins: they resume with h1.
+            + match self.origin_alpn {
+                crate::origin::OriginAlpn::H1 => "",
+                crate::origin::OriginAlpn::H2 => " origin_alpn=h2",
+            }
     }
 
     /// The settings a checkpoint of `profile` must match: [`Suite::settings`], and for a profile
@@ -361,6 +368,7 @@ mod tests {
             peer_initcwnd: None,
             custom_profiles: Vec::new(),
             custom_workloads: Vec::new(),
+            origin_alpn: crate::origin::OriginAlpn::H1,
         }
     }
 
@@ -449,7 +457,12 @@ mod tests {
         let mut c = a.clone();
         c.peer_initcwnd = Some(32);
         assert_eq!(c.settings(), format!("{} peer_initcwnd=32", a.settings()));
-        assert!(!a.settings().contains("peer_initcwnd"));
+        assert!(!a.settings().contains("peer_initcwnd")); // Likewise http/1.1-only origins (--origin-alpn h1) keep the settings of runs from
+                                                          // before h2 was offered, so those resume; h2 origins are another measurement.
+        assert!(!a.settings().contains("origin_alpn"));
+        let mut d = a.clone();
+        d.origin_alpn = crate::origin::OriginAlpn::H2;
+        assert_eq!(d.settings(), format!("{} origin_alpn=h2", a.settings()));
     }
 
     #[test]

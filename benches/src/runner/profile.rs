@@ -57,7 +57,14 @@ pub(super) fn run_profile(
     all: &[Workload],
     cp: &mut Checkpoint,
 ) -> Result<Outcome> {
-    let (site, _nginx) = serve_origin(bed, dir, all, suite.peer_initcwnd, &cx.log)?;
+    let (site, _nginx) = serve_origin(
+        bed,
+        dir,
+        all,
+        suite.peer_initcwnd,
+        suite.origin_alpn,
+        &cx.log,
+    )?;
     let pr = ProfileRun {
         suite,
         cx,
@@ -126,8 +133,8 @@ fn start_shared(suite: &Suite, bed: &dyn Bed, dir: &Path) -> Result<Vec<Shared>>
     Ok(shared)
 }
 
-/// Starts every system of the suite that carries plain HTTP and waits until a page loads
-/// through it (a warm-up load, discarded). One that does not start is logged and gets a
+/// Starts every system of the suite that carries plain HTTP, or HTTPS when the suite loads
+/// it, and waits until a page loads through it over that scheme (a warm-up load, discarded). One that does not start is logged and gets a
 /// skipped row in each cell it would have been measured in.
 fn start_systems(pr: &ProfileRun, dir: &Path) -> Started {
     let suite = pr.suite;
@@ -138,9 +145,11 @@ fn start_systems(pr: &ProfileRun, dir: &Path) -> Started {
     };
     let mut slot = 0;
     for spec in &suite.systems {
-        if spec.unsupported("http").is_some() {
+        let Some(probe_scheme) = ["http", "https"].into_iter().find(|s| {
+            spec.unsupported(s).is_none() && (*s == "http" || suite.schemes.iter().any(|x| x == s))
+        }) else {
             continue;
-        }
+        };
         // Every variant of a system with a carrier (either carrier) gets its own edge port.
         let k = if spec.carrier().is_some() {
             slot += 1;
@@ -150,8 +159,11 @@ fn start_systems(pr: &ProfileRun, dir: &Path) -> Started {
         };
         let started = systems::start(pr.bed, dir, spec, k, &pr.tr.site.hosts).and_then(|mut r| {
             let proxy = r.proxy;
+            let http3 = r.spec.http3();
             systems::wait_ready(&mut r, || {
-                pr.tr.replay(proxy, &pr.probe_w, "http").map(|_| ())
+                pr.tr
+                    .replay_over(proxy, &pr.probe_w, probe_scheme, http3)
+                    .map(|_| ())
             })?;
             Ok(r)
         });
@@ -307,7 +319,7 @@ fn measure_cell(
     }
     let mut rows = Vec::new();
     for (i, sys) in active.iter().enumerate() {
-        let row = Row::measured(
+        let mut row = Row::measured(
             pr.profile(),
             &w.id,
             client,
@@ -317,6 +329,15 @@ fn measure_cell(
             std::mem::take(&mut samples[i]),
             std::mem::take(&mut errors[i]),
         );
+        if scheme == "https" {
+            // direct-h3 reaches the origin's QUIC side, which offers h3 alone.
+            let alpn = if sys.spec.http3() {
+                "h3"
+            } else {
+                pr.tr.site.alpn.as_str()
+            };
+            row.origin_alpn = Some(alpn.into());
+        }
         pr.log(&format!(
             "      {:<44} median {:>8} ms  p95 {:>8} ms  ({} ok, {} failed)",
             sys.spec.label(),

@@ -3,7 +3,7 @@
 //! deployment tunes them. Nothing here is measured.
 
 use crate::bed::{Bed, Node};
-use crate::origin::Site;
+use crate::origin::{OriginAlpn, Site};
 use crate::workload::Workload;
 use anyhow::{bail, Context, Result};
 use std::net::IpAddr;
@@ -22,9 +22,10 @@ pub(super) fn serve_origin(
     dir: &Path,
     all: &[Workload],
     peer_initcwnd: Option<u32>,
+    alpn: OriginAlpn,
     log: &dyn Fn(&str),
 ) -> Result<(Site, Nginx)> {
-    let site = Site::prepare(&dir.join("origin"), all)?;
+    let site = Site::prepare(&dir.join(crate::origin::SITE_DIR), all, alpn)?;
     for (_, a) in &site.hosts {
         bed.add_origin_address(*a)?;
     }

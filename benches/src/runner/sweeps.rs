@@ -100,9 +100,11 @@ fn offers_load(pr: &ProfileRun, spec: &SystemSpec) -> bool {
         .iter()
         .find(|s| s.id == spec.id)
         .map(|s| &s.params);
-    !(spec.carrier().is_some()
-        && (p.congestion != main_variant.and_then(|m| m.congestion.clone())
-            || p.policy != main_variant.and_then(|m| m.policy.clone())))
+    // Offered load is plain HTTP: a system that cannot carry it (direct-h3) offers none.
+    spec.unsupported("http").is_none()
+        && !(spec.carrier().is_some()
+            && (p.congestion != main_variant.and_then(|m| m.congestion.clone())
+                || p.policy != main_variant.and_then(|m| m.policy.clone())))
 }
 
 /// One offered-load point: load fraction `f` (the `k`th) of the link rate through `sys`, with

@@ -77,13 +77,29 @@ impl Trialer<'_> {
         w: &str,
         scheme: &str,
     ) -> Result<PageLoad> {
+        self.replay_over(proxy, w, scheme, false)
+    }
+
+    /// [`Trialer::replay`], over HTTP/3 when `http3` (HTTPS only, direct), else HTTPS offers
+    /// what the origin offers.
+    pub fn replay_over(
+        &self,
+        proxy: Option<std::net::SocketAddr>,
+        w: &str,
+        scheme: &str,
+        http3: bool,
+    ) -> Result<PageLoad> {
         self.prepare();
         let exe = std::env::current_exe()?;
         let mut cmd = self.bed.command(Node::Client, &exe.display().to_string());
         cmd.args(["replay-once", "--workloads-dir"])
             .arg(self.workloads_dir)
             .args(["--workload", w, "--scheme", scheme, "--ca"])
-            .arg(&self.site.ca_pem);
+            .arg(&self.site.ca_pem)
+            .args([
+                "--https",
+                if http3 { "h3" } else { self.site.alpn.as_str() },
+            ]);
         if let Some(p) = proxy {
             cmd.args(["--proxy", &p.to_string()]);
         }

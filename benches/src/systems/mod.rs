@@ -3,6 +3,7 @@
 //! in the test bed (ports, processes, readiness).
 //!
 //! - [`direct`]: the client talks to the origins across the long link.
+//! - [`direct_h3`]: the same over HTTP/3 (QUIC), HTTPS only.
 //! - [`single_proxy`]: one Squid in the edge namespace, no parent (seed 001's "NZ only proxy").
 //! - [`squid_chain`]: Squid child in the edge namespace → Squid parent in the remote namespace.
 //! - [`haproxy_h2`]: HAProxy → HTTP/2 → HAProxy; plain HTTP only.
@@ -21,6 +22,7 @@
 //! This module starts and stops systems; it does not measure them (see [`crate::runner`]).
 
 pub mod direct;
+pub mod direct_h3;
 pub mod haproxy_h2;
 pub mod longhaul;
 pub mod single_proxy;
@@ -70,6 +72,11 @@ pub trait System: Sync {
         None
     }
 
+    /// Whether clients reach the origins over HTTP/3 (QUIC) with it, rather than over TCP.
+    fn http3(&self) -> bool {
+        false
+    }
+
     /// Starts what the `variants` of this system in a suite share, once per profile before any
     /// of them starts; the returned values stop it when dropped.
     fn start_shared(
@@ -89,8 +96,9 @@ pub trait System: Sync {
 pub type Shared = Box<dyn std::any::Any>;
 
 /// Every system, in display order.
-pub static REGISTRY: [&dyn System; 6] = [
+pub static REGISTRY: [&dyn System; 7] = [
     &direct::Direct,
+    &direct_h3::DirectH3,
     &single_proxy::SingleProxy,
     &squid_chain::SquidChain,
     &haproxy_h2::HaproxyH2,
@@ -185,6 +193,11 @@ impl SystemSpec {
     /// Why this system cannot carry `scheme`, if it cannot.
     pub fn unsupported(&self, scheme: &str) -> Option<&'static str> {
         self.system().and_then(|s| s.unsupported(scheme))
+    }
+
+    /// Whether clients use HTTP/3 with it.
+    pub fn http3(&self) -> bool {
+        self.system().is_some_and(|s| s.http3())
     }
 }
 
