@@ -302,6 +302,12 @@ pub struct LatencyRow {
     pub p999_us: Option<f64>,
     /// Each round's median, µs (the spread between rounds).
     pub round_p50_us: Vec<f64>,
+    /// Context switches of the system's processes per timed request (every thread's
+    /// voluntary and involuntary switches): the wake-ups a request costs in the chain.
+    pub context_switches_per_request: Option<f64>,
+    /// CPU time of the system's processes per timed request, µs (10 ms clock ticks summed
+    /// over all requests).
+    pub cpu_us_per_request: Option<f64>,
     /// p50 minus `direct`'s p50, µs.
     pub added_p50_us: Option<f64>,
     /// p99 minus `direct`'s p99, µs.
@@ -314,8 +320,13 @@ pub struct LatencyRow {
 
 /// Latency of small requests: one keep-alive client per system and round, `requests` timed
 /// GETs of the 1 KiB object, rounds interleaved across systems.
-fn latency(cfg: &Config, origin: &Origin, sys: &[Started]) -> Vec<LatencyRow> {
+fn latency(cfg: &Config, origin: &Origin, sys: &[Started], tck: u64) -> Vec<LatencyRow> {
     let n = sys.len();
+    let mut switches = vec![0u64; n];
+    let mut ticks = vec![0u64; n];
+    let sum = |ps: &[Proc], f: fn(u32) -> Option<u64>| -> u64 {
+        ps.iter().filter_map(|p| f(p.pid)).sum()
+    };
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut failures = vec![0usize; n];
@@ -332,6 +343,7 @@ fn latency(cfg: &Config, origin: &Origin, sys: &[Started]) -> Vec<LatencyRow> {
             let mut conn: Option<http::Conn> = None;
             let mut warm = cfg.latency_warmup;
             let mut attempts = 0;
+            let mut marks: Option<(u64, u64)> = None;
             while this.len() < cfg.latency_requests && attempts < 2 * cfg.latency_requests + 10 {
                 attempts += 1;
                 let c = match conn.as_mut() {
@@ -345,6 +357,12 @@ fn latency(cfg: &Config, origin: &Origin, sys: &[Started]) -> Vec<LatencyRow> {
                         }
                     },
                 };
+                if warm == 0 && marks.is_none() {
+                    marks = Some((
+                        sum(&s.procs, procs::context_switches),
+                        sum(&s.procs, procs::cpu_ticks),
+                    ));
+                }
                 let t0 = Instant::now();
                 match c.get(&req, Some(SMALL_BYTES)) {
                     Ok(_) if warm > 0 => warm -= 1,
@@ -355,6 +373,10 @@ fn latency(cfg: &Config, origin: &Origin, sys: &[Started]) -> Vec<LatencyRow> {
                         conn = None;
                     }
                 }
+            }
+            if let Some((cs, t)) = marks {
+                switches[i] += sum(&s.procs, procs::context_switches).saturating_sub(cs);
+                ticks[i] += sum(&s.procs, procs::cpu_ticks).saturating_sub(t);
             }
             eprintln!(
                 "cost: latency round {r}: {} p50 {:.0} µs",
@@ -382,6 +404,10 @@ fn latency(cfg: &Config, origin: &Origin, sys: &[Started]) -> Vec<LatencyRow> {
             p99_us: at(i, 99.0),
             p999_us: at(i, 99.9),
             round_p50_us: rounds[i].clone(),
+            context_switches_per_request: (!sys[i].procs.is_empty() && !samples[i].is_empty())
+                .then(|| switches[i] as f64 / samples[i].len() as f64),
+            cpu_us_per_request: (!sys[i].procs.is_empty() && !samples[i].is_empty())
+                .then(|| ticks[i] as f64 * 1e6 / tck as f64 / samples[i].len() as f64),
             added_p50_us: added(i, 50.0),
             added_p99_us: added(i, 99.0),
             added_p999_us: added(i, 99.9),
@@ -968,7 +994,7 @@ pub fn run(cfg: &Config) -> Result<Results> {
             }
         }
         if phase("latency") {
-            latency_rows = latency(cfg, &origin, &sys);
+            latency_rows = latency(cfg, &origin, &sys, tck);
         }
         if phase("throughput") {
             tp_rows = throughput(cfg, &origin, &sys, tck);

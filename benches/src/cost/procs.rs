@@ -48,6 +48,29 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     parse_rss_kib(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
 }
 
+/// Context switches (voluntary and involuntary) of every thread of `pid` so far: how often
+/// the process went to sleep and was woken, or was preempted.
+pub fn context_switches(pid: u32) -> Option<u64> {
+    let mut total = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let s = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        total += parse_context_switches(&s);
+    }
+    Some(total)
+}
+
+/// Voluntary plus involuntary context switches from the text of a `status` file.
+pub fn parse_context_switches(status: &str) -> u64 {
+    status
+        .lines()
+        .filter(|l| l.contains("ctxt_switches:"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<u64>().ok())
+        .sum()
+}
+
 /// Clock ticks per second (`getconf CLK_TCK`; 100, Linux's value on every common
 /// architecture, if that cannot run).
 pub fn clock_ticks_per_second() -> u64 {
@@ -152,6 +175,8 @@ mod tests {
         let s = "Name:\tedge-proxy\nVmPeak:\t  9000 kB\nVmRSS:\t    5120 kB\nThreads:\t3\n";
         assert_eq!(parse_rss_kib(s), Some(5120));
         assert_eq!(parse_rss_kib("Name:\tx\n"), None);
+        let c = "voluntary_ctxt_switches:\t150\nnonvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(parse_context_switches(c), 157);
     }
 
     #[test]
@@ -168,6 +193,7 @@ mod tests {
     fn this_process_has_cpu_time_and_memory() {
         assert!(cpu_ticks(std::process::id()).is_some());
         assert!(rss_kib(std::process::id()).unwrap() > 0);
+        assert!(context_switches(std::process::id()).is_some());
         assert!(clock_ticks_per_second() > 0);
         let mut c = std::process::Command::new("sleep")
             .arg("5")

@@ -234,15 +234,17 @@ pub fn summary(r: &Results) -> String {
             "\n## Latency of a 1 KiB GET (µs)\n\n{} timed requests per system and round on one \
              keep-alive connection ({} untimed first), {} rounds, systems in a shuffled order \
              per round. Added = system − direct at the same percentile.\n\n\
-             | system | requests | failures | p50 | p99 | p99.9 | added p50 | added p99 | added p99.9 | round medians |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+             Context switches and CPU per request are those of the system's processes \
+             (every thread).\n\n\
+             | system | requests | failures | p50 | p99 | p99.9 | added p50 | added p99 | added p99.9 | round medians | context switches per request | CPU µs per request |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
             c.latency_requests, c.latency_warmup, c.latency_rounds
         );
         for l in &r.latency {
             let rounds: Vec<String> = l.round_p50_us.iter().map(|v| format!("{v:.0}")).collect();
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 l.system,
                 l.requests,
                 l.failures,
@@ -252,7 +254,11 @@ pub fn summary(r: &Results) -> String {
                 us(l.added_p50_us),
                 us(l.added_p99_us),
                 us(l.added_p999_us),
-                rounds.join(", ")
+                rounds.join(", "),
+                l.context_switches_per_request
+                    .map(|v| format!("{v:.1}"))
+                    .unwrap_or_else(|| "–".into()),
+                us(l.cpu_us_per_request)
             );
         }
     }
@@ -262,10 +268,52 @@ pub fn summary(r: &Results) -> String {
             "\n## Throughput: {} concurrent transfers of {} MB\n\nCPU is user + system time of \
              each process of the system (`/proc/PID/stat`); MB per CPU second is the system's \
              throughput per core. `others` is machine CPU time used meanwhile by programs \
-             outside this run.\n\n\
-             | system | round | failures | MB/s | proxy CPU s/GB | MB per CPU s | per process (CPU s/GB) | origin CPU s/GB | machine CPU s | others CPU s |\n\
-             |---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+             outside this run.\n",
             c.throughput_clients, c.throughput_mb
+        );
+        let mut systems: Vec<&str> = Vec::new();
+        for t in &r.throughput {
+            if !systems.contains(&t.system.as_str()) {
+                systems.push(&t.system);
+            }
+        }
+        let _ = writeln!(
+            s,
+            "Over all rounds (median MB/s of the rounds; CPU and bytes summed over them):\n\n\
+             | system | rounds | median MB/s | proxy CPU s/GB | MB per CPU s |\n|---|---:|---:|---:|---:|"
+        );
+        for name in &systems {
+            let rows: Vec<_> = r.throughput.iter().filter(|t| t.system == *name).collect();
+            let rates: Vec<f64> = rows.iter().map(|t| t.mb_per_s).collect();
+            let bytes: u64 = rows.iter().map(|t| t.bytes).sum();
+            let cpu: f64 = rows
+                .iter()
+                .flat_map(|t| &t.processes)
+                .map(|p| p.cpu_s)
+                .fold(0.0, |a, b| a + b);
+            let proxied = rows.iter().any(|t| !t.processes.is_empty());
+            let _ = writeln!(
+                s,
+                "| {name} | {} | {} | {} | {} |",
+                rows.len(),
+                us(crate::stats::median(&rates)),
+                if proxied && bytes > 0 {
+                    format!("{:.2}", cpu / (bytes as f64 / 1e9))
+                } else {
+                    "–".into()
+                },
+                if proxied && cpu > 0.0 {
+                    format!("{:.0}", bytes as f64 / 1e6 / cpu)
+                } else {
+                    "–".into()
+                }
+            );
+        }
+        let _ = writeln!(s, "\nEach run:\n");
+        let _ = writeln!(
+            s,
+            "| system | round | failures | MB/s | proxy CPU s/GB | MB per CPU s | per process (CPU s/GB) | origin CPU s/GB | machine CPU s | others CPU s |\n\
+             |---|---:|---:|---:|---:|---:|---|---:|---:|---:|"
         );
         for t in &r.throughput {
             let per: Vec<String> = t
