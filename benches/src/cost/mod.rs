@@ -582,7 +582,8 @@ pub struct MemoryResult {
     pub idle_bytes_per_client: Option<f64>,
     /// Slow transfers held open at once.
     pub active_streams: usize,
-    /// Of those, how many had received bytes (the reply head and a first burst).
+    /// Of those, how many were answered `200` (the others got an error reply, such as the
+    /// edge's 503 `pool-busy`, and are no active streams: the figures are then not per stream).
     pub active_streams_answered: usize,
     /// Of those, how many received more bytes after the memory was read (still transferring).
     pub active_streams_flowing: usize,
@@ -840,6 +841,12 @@ fn memory(bed: &dyn Bed, dir: &Path, cfg: &Config, origin: &Origin) -> Result<Me
         m.active_streams = n;
         m.active_streams_flowing = flowing;
         m.active_streams_answered = answered;
+        if answered < n {
+            m.errors.push(format!(
+                "only {answered} of {n} slow transfers were answered 200: the memory deltas \
+                 are not per active stream (see the edge's log in memory-edge/)"
+            ));
+        }
         (m.active_edge_half_kib, m.active_remote_half_kib) = mid_rss;
         (m.active_edge_after_kib, m.active_remote_after_kib) = after;
         let per = |a: u64, b: u64, k: usize| {
@@ -880,13 +887,30 @@ async fn open_slow(addr: SocketAddr, req: &[u8], n: usize) -> Result<Vec<tokio::
     Ok(v)
 }
 
-/// Reads everything `s` sends, counting the bytes in `count`.
+/// The first bytes of a reply the slow transfers count as carried.
+const OK_STATUS: &[u8] = b"HTTP/1.1 200 ";
+
+/// Reads everything `s` sends, counting the bytes in `count`, until the end of the stream,
+/// or at once if the reply is not a 200 (an edge's 503, a proxy's error page): such a
+/// transfer is no active stream and leaves `count` at zero.
 async fn drain(mut s: tokio::net::TcpStream, count: Arc<AtomicU64>) {
     use tokio::io::AsyncReadExt;
     let mut b = vec![0u8; 16 * 1024];
+    let mut head = Vec::new();
     while let Ok(n) = s.read(&mut b).await {
         if n == 0 {
             return;
+        }
+        if head.len() < OK_STATUS.len() {
+            head.extend_from_slice(&b[..n]);
+            if head.len() < OK_STATUS.len() {
+                continue;
+            }
+            if !head.starts_with(OK_STATUS) {
+                return;
+            }
+            count.fetch_add(head.len() as u64, Ordering::Relaxed);
+            continue;
         }
         count.fetch_add(n as u64, Ordering::Relaxed);
     }

@@ -365,7 +365,7 @@ pub fn summary(r: &Results) -> String {
         if mem.active_streams > 0 {
             let _ = writeln!(
                 s,
-                "| slow transfers held open at {} KiB/s ({} answered, {} still flowing after) | {} | {} → {} | {} | {} → {} | {} |",
+                "| slow transfers held open at {} KiB/s ({} answered 200, {} still flowing after) | {} | {} → {} | {} | {} → {} | {} |",
                 c.slow_rate_kib,
                 mem.active_streams_answered,
                 mem.active_streams_flowing,
