@@ -5,13 +5,13 @@
 //! one private network namespace's loopback ([`bed`]) in front of one nginx origin, and is
 //! measured three ways:
 //!
-//! - **latency** ([`latency`]): what each system adds to small requests. One keep-alive client,
+//! - **latency** ([`LatencyRow`]): what each system adds to small requests. One keep-alive client,
 //!   a 1 KiB object, `requests` sequential GETs per round, several rounds with the systems in
 //!   an order shuffled per round; p50, p99 and p99.9 per system and the same minus `direct`'s.
-//! - **throughput** ([`throughput`]): many concurrent large transfers through each system;
+//! - **throughput** ([`ThroughputRow`]): many concurrent large transfers through each system;
 //!   MB/s and the CPU seconds per GB of every process of the system (`/proc/PID/stat`), and
 //!   the machine's CPU time meanwhile, so work of other programs on a shared machine shows.
-//! - **memory** ([`memory`]): longhaul's edge resident memory per idle keep-alive client
+//! - **memory** ([`MemoryResult`]): longhaul's edge resident memory per idle keep-alive client
 //!   (the method of `crates/longhaul/tests/idle_memory.rs`), and the edge's and remote's per
 //!   active stream, many slow transfers held open.
 //!
