@@ -1,6 +1,8 @@
 //! longhaul's benchmarks: criterion micro-benchmarks (in `benches/benches/`) and the `pageload`
 //! runner, which loads the seeds' page models through longhaul and its peers over emulated long
-//! links and reports medians, p95 and ratios measured side by side in one run.
+//! links and reports medians, p95 and ratios measured side by side in one run; and the `cost`
+//! runner ([`cost`]), which measures what the proxy chains cost end to end on loopback
+//! (latency added, CPU per byte, memory per client).
 //!
 //! The pure parts (workload generation, statistics, the analytic floor, the split-proxy model,
 //! the results schema, the shuffled schedule) are unit-tested here. The runner itself needs root
@@ -11,6 +13,7 @@ pub mod bed;
 pub mod checkpoint;
 pub mod chromium;
 pub mod clients;
+pub mod cost;
 pub mod floor;
 pub mod http3;
 pub mod load;
