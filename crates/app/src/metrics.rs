@@ -7,8 +7,9 @@
 //! reads the per-pool-connection gauges (state, RTT, `TCP_INFO` cwnd and retransmits,
 //! outstanding bytes, reconnects) from registered [`StatsSource`]s, and each edge pool's number
 //! of opens waiting for a stream slot from [`WaitingSource`]s, at scrape time, so a scrape
-//! always shows the pool as it is now and a connection that went away disappears; serves the
-//! text exposition format on `GET /metrics` ([`serve`]).
+//! always shows the pool as it is now and a connection that went away disappears; counts
+//! SIGHUP reloads that failed ([`Metrics::reload_failed`]); serves the text exposition format
+//! on `GET /metrics` ([`serve`]).
 //!
 //! What it does NOT do: push anywhere, authenticate scrapers (the endpoint is off by default
 //! and loopback by default when on: put it behind a firewall or a reverse proxy if it must be
@@ -41,6 +42,8 @@ pub const DEFAULT_METRICS_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time-to-first-byte histogram buckets: 5 ms doubling 14 times (to about 41 s), which covers
 /// loopback through several satellite round trips.
 pub const TTFB_BUCKETS: (f64, f64, u16) = (0.005, 2.0, 14);
+/// The `what` labels of `longhaul_reload_failures_total`.
+pub const RELOAD_FAILURE_KINDS: [&str; 2] = ["config", "tls"];
 
 /// `[metrics]` section of both configuration files. Off unless `enabled` or `listen` is set.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -111,6 +114,8 @@ pub struct Metrics {
     /// `net.ipv4.tcp_slow_start_after_idle` at start (no series until [`crate::host::check`]
     /// could read it).
     host_slow_start_after_idle: Family<[(&'static str, String); 0], Gauge>,
+    /// SIGHUP reloads that kept the running configuration or key files, by `what` failed.
+    reload_failures: Family<Labels1, Counter>,
     /// Remote pool servers whose admission is read at scrape time.
     admission: Mutex<Vec<(String, AdmissionSource)>>,
     /// Pools whose connections are read at scrape time, with the label that names each.
@@ -157,6 +162,7 @@ impl Metrics {
             handshakes_pending: Family::default(),
             refused: Family::default(),
             host_slow_start_after_idle: Family::default(),
+            reload_failures: Family::default(),
             admission: Mutex::new(Vec::new()),
             sources: Mutex::new(Vec::new()),
             waiting: Mutex::new(Vec::new()),
@@ -298,7 +304,24 @@ impl Metrics {
              undoing the warm pool; set it to 0 (deploy/sysctl.d)",
             m.host_slow_start_after_idle.clone(),
         );
+        registry.register(
+            "reload_failures",
+            "SIGHUP reloads that failed and kept what was running, by what did not load: config \
+             (the configuration file) or tls (the certificate, key or CA files)",
+            m.reload_failures.clone(),
+        );
+        // Both series from the start, at 0, so that the first failure is an increase.
+        for what in RELOAD_FAILURE_KINDS {
+            let _created = m.reload_failures.get_or_create(&[("what", what.into())]);
+        }
         Metrics { registry, ..m }
+    }
+
+    /// Counts a SIGHUP reload whose `what` (one of [`RELOAD_FAILURE_KINDS`]) did not load.
+    pub fn reload_failed(&self, what: &'static str) {
+        self.reload_failures
+            .get_or_create(&[("what", what.into())])
+            .inc();
     }
 
     /// Sets the `host_tcp_slow_start_after_idle` gauge (read by [`crate::host::check`]; the
@@ -708,6 +731,20 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
+    }
+
+    #[tokio::test]
+    async fn reload_failures_start_at_zero_and_count_by_what() {
+        // No other test reloads: the process-wide counters are this test's.
+        let text = global().render().await;
+        for what in RELOAD_FAILURE_KINDS {
+            let line = format!("longhaul_reload_failures_total{{what=\"{what}\"}} 0\n");
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
+        global().reload_failed("tls");
+        let text = global().render().await;
+        assert!(text.contains("longhaul_reload_failures_total{what=\"tls\"} 1\n"));
+        assert!(text.contains("longhaul_reload_failures_total{what=\"config\"} 0\n"));
     }
 
     #[tokio::test]

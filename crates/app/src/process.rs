@@ -379,6 +379,7 @@ async fn reload_on_sighup<C: ProcessConfig>(
                 }
             }
             Err(e) => {
+                crate::metrics::global().reload_failed("config");
                 tracing::warn!(error = %e, "SIGHUP: configuration does not load; keeping the running one")
             }
         }
@@ -386,6 +387,7 @@ async fn reload_on_sighup<C: ProcessConfig>(
             Some(t) => match t.reload() {
                 Ok(()) => tracing::info!("SIGHUP: TLS files reloaded for new pool connections"),
                 Err(e) => {
+                    crate::metrics::global().reload_failed("tls");
                     tracing::warn!(error = %e, "SIGHUP: TLS files do not load; keeping the previous ones")
                 }
             },

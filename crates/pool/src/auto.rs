@@ -119,7 +119,12 @@ impl AutoPool {
             state: Mutex::new(State {
                 selector: Selector::new(scfg, rand::random(), now),
                 quic: None,
-                switches: HashMap::new(),
+                // Both directions from the start, at 0: a carrier that never switched shows
+                // that it could (and a metric built on them exists before the first switch).
+                switches: HashMap::from([
+                    ((CarrierKind::Quic, CarrierKind::Tcp), 0),
+                    ((CarrierKind::Tcp, CarrierKind::Quic), 0),
+                ]),
             }),
             closed: AtomicBool::new(false),
             close_notify: Notify::new(),

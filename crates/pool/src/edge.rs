@@ -190,7 +190,8 @@ impl Pool {
         }
     }
 
-    /// Carrier switches since start, by (from, to); always empty but under `carrier = "auto"`.
+    /// Carrier switches since start, by (from, to): under `carrier = "auto"` both directions,
+    /// from the start (at 0 until a switch); empty under a fixed carrier.
     pub fn carrier_switches(&self) -> Switches {
         match &self.mode {
             Mode::Auto(a) => a.switches(),
