@@ -18,7 +18,9 @@
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod conn;
 pub mod errors;
+pub mod https;
 pub mod pool_transport;
 pub mod remotes;
 pub mod server;

@@ -1,6 +1,6 @@
 //! The edge as a running service: what `edge-proxy` does once its configuration is loaded.
 //!
-//! What it does: binds the explicit and transparent listeners, starts the pool to the remotes
+//! What it does: binds the explicit, transparent and HTTPS proxy listeners, starts the pool to the remotes
 //! and the metrics endpoint, registers the pools' gauges, checks the host's TCP settings
 //! ([`app::host::check`]), spawns the SIGHUP reload, waits for
 //! the pool (bounded), tells systemd it is ready, serves clients ([`crate::server::run`]) until
@@ -17,6 +17,7 @@ use app::process::{KeyFiles, Reload};
 use tokio::net::TcpListener;
 
 use crate::config::{EdgeConfig, TransparentConfig};
+use crate::https::HttpsListener;
 use crate::pool_transport::{start_pool, tls_client};
 use crate::server::{self, Interception, Listeners};
 
@@ -37,6 +38,33 @@ fn transparent_listener(t: &TransparentConfig) -> std::io::Result<TcpListener> {
     TcpListener::from_std(sock.into())
 }
 
+/// The key files SIGHUP re-reads: the pool's (`[pool.tls]`) and the HTTPS proxy endpoint's.
+struct EdgeKeys {
+    pool: Option<Arc<dyn KeyFiles>>,
+    https: Option<Arc<dyn KeyFiles>>,
+}
+
+impl KeyFiles for EdgeKeys {
+    fn reload(&self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        if let Some(p) = &self.pool {
+            if let Err(e) = p.reload() {
+                errors.push(format!("[pool.tls]: {e}"));
+            }
+        }
+        if let Some(h) = &self.https {
+            if let Err(e) = h.reload() {
+                errors.push(format!("[https_proxy]: {e}"));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
 /// Runs the edge with `cfg` until SIGTERM or SIGINT, then drains: binds the listeners, starts
 /// the pool and the metrics endpoint, reloads on SIGHUP ([`Reload`]), tells systemd.
 pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<()> {
@@ -48,6 +76,21 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
             transparent_listener(t)
                 .map_err(|e| anyhow::anyhow!("cannot listen on {} (transparent): {e}", t.listen))?,
         ),
+        None => None,
+    };
+    let https = match &cfg.https_proxy {
+        Some(h) => {
+            let tls = pool::tls::TlsEndpoint::new(h.cert.clone(), h.key.clone())
+                .map_err(|e| anyhow::anyhow!("[https_proxy]: {e}"))?;
+            let listener = TcpListener::bind(h.listen)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {} (HTTPS proxy): {e}", h.listen))?;
+            Some(HttpsListener {
+                listener,
+                tls: Arc::new(tls),
+                handshake_timeout: Duration::from_millis(h.handshake_timeout_ms),
+            })
+        }
         None => None,
     };
     let tls = tls_client(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -67,10 +110,17 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
             Arc::new(move || (p.carrier(), p.carrier_switches())),
         );
     }
-    reload.spawn(tls.map(|t| t as Arc<dyn KeyFiles>), "[pool.tls]");
+    let keys = EdgeKeys {
+        pool: tls.map(|t| t as Arc<dyn KeyFiles>),
+        https: https.as_ref().map(|h| h.tls.clone() as Arc<dyn KeyFiles>),
+    };
+    let keys =
+        (keys.pool.is_some() || keys.https.is_some()).then(|| Arc::new(keys) as Arc<dyn KeyFiles>);
+    reload.spawn(keys, "[pool.tls] or [https_proxy]");
     tracing::info!(
         listen = %cfg.listen,
         transparent = ?cfg.transparent.as_ref().map(|t| t.listen),
+        https_proxy = ?cfg.https_proxy.as_ref().map(|h| h.listen),
         remotes = ?cfg.pool.remote_list(),
         connections = cfg.pool.connections,
         tls = cfg.pool.tls.is_some(),
@@ -100,7 +150,11 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
     server::run(
         pool.clone(),
         cfg.settings(),
-        Listeners { proxy, transparent },
+        Listeners {
+            proxy,
+            transparent,
+            https,
+        },
         interception,
         app::process::shutdown_signal(),
         grace,

@@ -297,6 +297,7 @@ fn main() {
             Listeners {
                 proxy,
                 transparent: None,
+                https: None,
             },
             Interception::Redirect,
             std::future::pending(),

@@ -179,6 +179,7 @@ async fn pair() -> SocketAddr {
         Listeners {
             proxy,
             transparent: None,
+            https: None,
         },
         Interception::Redirect,
         std::future::pending(),

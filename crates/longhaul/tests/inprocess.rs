@@ -244,6 +244,7 @@ async fn pair_with(
         Listeners {
             proxy,
             transparent: None,
+            https: None,
         },
         Interception::Redirect,
         std::future::pending(),

@@ -157,6 +157,7 @@ async fn setup(open_wait: Duration) -> Setup {
         Listeners {
             proxy,
             transparent: None,
+            https: None,
         },
         Interception::Redirect,
         std::future::pending(),
