@@ -111,7 +111,7 @@ pub enum Entry {
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// `Via` entry the edge adds to forwarded requests and responses (RFC 9110 §7.6.3); the pair
 /// acts as one proxy.
-const VIA: &str = "1.1 longhaul";
+pub(crate) const VIA: &str = "1.1 longhaul";
 
 /// Serves one client connection to completion.
 pub async fn serve<T: Transport, C: ClientConn>(
@@ -432,15 +432,15 @@ impl Drop for Unlogged {
 }
 
 /// A request prepared for forwarding.
-struct Prepared {
-    auth: Authority,
+pub(crate) struct Prepared {
+    pub(crate) auth: Authority,
     /// Request head bytes to send on the stream.
-    head: Vec<u8>,
-    body: BodyKind,
+    pub(crate) head: Vec<u8>,
+    pub(crate) body: BodyKind,
     expect_continue: bool,
     close: bool,
     /// The reply the edge gives itself instead of forwarding (`Max-Forwards: 0`).
-    local: Option<Vec<u8>>,
+    pub(crate) local: Option<Vec<u8>>,
     /// The request asks to switch protocols and the upgrade is forwarded: on a `101` the
     /// connection becomes a byte tunnel.
     upgrade: bool,
@@ -536,7 +536,7 @@ fn max_forwards(head: &RequestHead, headers: &mut [Header]) -> Result<Option<Vec
     Ok(Some(reply))
 }
 
-fn idempotent(method: &str) -> bool {
+pub(crate) fn idempotent(method: &str) -> bool {
     matches!(
         method,
         "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
@@ -544,7 +544,7 @@ fn idempotent(method: &str) -> bool {
 }
 
 /// Validates a request and builds the head forwarded on the stream.
-fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
+pub(crate) fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
     // httparse only accepts token characters in a method; it must not be empty.
     if head.method.is_empty() {
         return Err(EdgeError::BadRequest(format!(

@@ -6,7 +6,9 @@
 //! `https_proxy.handshake_timeout_ms` with the endpoint's reloadable certificate
 //! ([`pool::tls::TlsEndpoint`]), and serves the connection by the protocol ALPN chose: HTTP/1.1
 //! goes to the same client-connection handler as the plain listener ([`crate::client::serve`]:
-//! absolute-form requests, CONNECT, pipelining, everything as on the plain port).
+//! absolute-form requests, CONNECT, pipelining, everything as on the plain port); `h2` to
+//! [`crate::h2proxy`] (many tunnels and requests as streams of one connection). A client that
+//! offers no ALPN speaks HTTP/1.1.
 //!
 //! What it does NOT do: ask for client certificates, or serve HTTP/3.
 
@@ -20,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::client::{self, Ctx, Entry};
 use crate::conn::TlsConn;
 use crate::errors::EdgeError;
+use crate::h2proxy::{self, H2Limits};
 use crate::transport::Transport;
 
 /// The HTTPS proxy listener with what its connections need.
@@ -30,6 +33,8 @@ pub struct HttpsListener {
     pub tls: Arc<pool::tls::TlsEndpoint>,
     /// Longest TLS handshake.
     pub handshake_timeout: Duration,
+    /// HTTP/2 limits.
+    pub h2: H2Limits,
 }
 
 /// What a connection of the endpoint needs besides the shared [`Ctx`].
@@ -37,6 +42,7 @@ pub struct HttpsListener {
 pub(crate) struct Endpoint {
     tls: Arc<pool::tls::TlsEndpoint>,
     handshake_timeout: Duration,
+    h2: H2Limits,
 }
 
 impl HttpsListener {
@@ -47,6 +53,7 @@ impl HttpsListener {
             Endpoint {
                 tls: self.tls,
                 handshake_timeout: self.handshake_timeout,
+                h2: self.h2,
             },
         )
     }
@@ -93,5 +100,9 @@ pub(crate) async fn serve<T: Transport>(
             return;
         }
     };
-    client::serve(ctx, TlsConn::new(tls), peer, Entry::Explicit).await;
+    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        h2proxy::serve(ctx, tls, peer, ep.h2).await;
+    } else {
+        client::serve(ctx, TlsConn::new(tls), peer, Entry::Explicit).await;
+    }
 }

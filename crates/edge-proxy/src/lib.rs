@@ -20,6 +20,7 @@ pub mod client;
 pub mod config;
 pub mod conn;
 pub mod errors;
+pub mod h2proxy;
 pub mod https;
 pub mod pool_transport;
 pub mod remotes;

@@ -89,6 +89,11 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
                 listener,
                 tls: Arc::new(tls),
                 handshake_timeout: Duration::from_millis(h.handshake_timeout_ms),
+                h2: crate::h2proxy::H2Limits {
+                    max_concurrent_streams: h.max_concurrent_streams,
+                    stream_window: h.stream_window,
+                    connection_window: h.connection_window,
+                },
             })
         }
         None => None,

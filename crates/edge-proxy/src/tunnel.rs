@@ -14,7 +14,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
-use crate::client::{self, abort, ConnectReply, Ctx};
+use crate::client::{self, abort, ConnectReply, Ctx, Settings};
 use crate::conn::{Abort, ClientConn};
 use crate::errors::{answer, EdgeError};
 use crate::transport::{StreamKind, Transport};
@@ -26,6 +26,20 @@ use http1::RequestHead;
 pub const DEFAULT_TUNNEL_BUFFER: usize = 64 * 1024;
 
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
+
+/// The `host:port` a CONNECT to `authority` goes to, if the request is valid (400) and its
+/// port allowed (403, `connect_ports`).
+pub(crate) fn connect_target(settings: &Settings, authority: &str) -> Result<String, EdgeError> {
+    let auth = parse_authority(authority, None).map_err(EdgeError::BadRequest)?;
+    let ports = &settings.connect_ports;
+    if !ports.is_empty() && !ports.contains(&auth.port) {
+        return Err(EdgeError::ForbiddenTarget(format!(
+            "CONNECT to port {} is not allowed",
+            auth.port
+        )));
+    }
+    Ok(auth.target())
+}
 
 /// Handles a CONNECT request whose earlier pipelined replies are written.
 pub(crate) async fn connect<T, R, W>(
@@ -42,21 +56,13 @@ pub(crate) async fn connect<T, R, W>(
     W: AsyncWrite + Abort + Unpin + Send,
 {
     let record = || Access::new(Peer::Client(peer), "CONNECT", &head.target, started);
-    let auth = match parse_authority(&head.target, None) {
-        Ok(a) => a,
-        Err(e) => {
-            answer(&mut wr, &EdgeError::BadRequest(e), record()).await;
+    let target = match connect_target(&ctx.settings, &head.target) {
+        Ok(t) => t,
+        Err(err) => {
+            answer(&mut wr, &err, record()).await;
             return;
         }
     };
-    let ports = &ctx.settings.connect_ports;
-    if !ports.is_empty() && !ports.contains(&auth.port) {
-        let err =
-            EdgeError::ForbiddenTarget(format!("CONNECT to port {} is not allowed", auth.port));
-        answer(&mut wr, &err, record()).await;
-        return;
-    }
-    let target = auth.target();
     match ctx.settings.connect_reply {
         ConnectReply::Optimistic => {
             let first = buf.split().freeze();
@@ -225,7 +231,7 @@ pub(crate) async fn intercepted<T: Transport, C: ClientConn>(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn log_tunnel(
+pub(crate) fn log_tunnel(
     peer: SocketAddr,
     method: &str,
     target: &str,

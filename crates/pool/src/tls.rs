@@ -173,8 +173,9 @@ fn server_config(files: &TlsFiles) -> Result<ServerConfig, TlsError> {
     Ok(cfg)
 }
 
-/// ALPN protocols of the HTTPS proxy endpoint.
-pub const PROXY_ALPN: &[&[u8]] = &[b"http/1.1"];
+/// ALPN protocols of the HTTPS proxy endpoint, in the server's order of preference: HTTP/2
+/// (RFC 9113 §3.2) first, then HTTP/1.1.
+pub const PROXY_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
 
 /// Builds the rustls configuration of the edge's HTTPS proxy endpoint: `files.cert` and
 /// `files.key` only (clients are browsers and curl: no client certificate is asked for, so
