@@ -524,6 +524,48 @@ mod tests {
     }
 
     #[test]
+    fn https_proxy_has_defaults_and_checked_limits() {
+        let c: EdgeConfig = toml::from_str(
+            "[https_proxy]\nlisten = \"127.0.0.1:3130\"\ncert = \"p.pem\"\nkey = \"p.key\"",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let h = c.https_proxy.as_ref().unwrap();
+        assert_eq!(h.max_concurrent_streams, DEFAULT_H2_MAX_CONCURRENT_STREAMS);
+        assert_eq!(h.stream_window, DEFAULT_H2_STREAM_WINDOW);
+        assert_eq!(h.connection_window, DEFAULT_H2_CONNECTION_WINDOW);
+        assert!(EdgeConfig::default().https_proxy.is_none());
+        let with = |extra: &str| {
+            let t = format!(
+                "[https_proxy]\nlisten = \"127.0.0.1:3130\"\ncert = \"p.pem\"\nkey = \"p.key\"\n{extra}"
+            );
+            toml::from_str::<EdgeConfig>(&t).unwrap().validate()
+        };
+        assert!(with("max_concurrent_streams = 0")
+            .unwrap_err()
+            .contains("https_proxy.max_concurrent_streams"));
+        assert!(with("stream_window = 1000")
+            .unwrap_err()
+            .contains("https_proxy.stream_window"));
+        assert!(with("stream_window = 1048576\nconnection_window = 65535")
+            .unwrap_err()
+            .contains("https_proxy.connection_window"));
+        assert!(toml::from_str::<EdgeConfig>("[https_proxy]\nlisten = \"127.0.0.1:1\"").is_err());
+        let e = toml::from_str::<EdgeConfig>(
+            "[https_proxy]\nlisten = \"127.0.0.1:3128\"\ncert = \"p\"\nkey = \"k\"",
+        )
+        .unwrap()
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("https_proxy.listen must differ"), "{e}");
+        // A non-loopback endpoint is production.
+        let c: EdgeConfig =
+            toml::from_str("[https_proxy]\nlisten = \"0.0.0.0:3130\"\ncert = \"p\"\nkey = \"k\"")
+                .unwrap();
+        assert_eq!(c.mode(), Mode::Production);
+    }
+
+    #[test]
     fn validation_names_the_key() {
         let c: EdgeConfig =
             toml::from_str("mode = \"development\"\nlisten = \"0.0.0.0:3128\"").unwrap();

@@ -487,3 +487,37 @@ fn malformed_h2_requests_get_a_stream_error_and_the_connection_lives_on() {
         assert_eq!(data_on_5, 1000);
     });
 }
+
+#[test]
+fn sighup_reloads_the_endpoint_certificate() {
+    let origin = start_nginx(&[("small", 1000)]);
+    let (pair, https, keys) = https_pair();
+    let old_ca = keys.0.path().join("old-ca.pem");
+    std::fs::copy(keys.ca(), &old_ca).unwrap();
+    // A new CA and certificate in place of the old ones (same paths), then SIGHUP.
+    let fresh = tempfile::tempdir().unwrap();
+    proxy_cert(fresh.path());
+    for f in ["proxy.pem", "proxy.key", "ca.pem"] {
+        std::fs::copy(fresh.path().join(f), keys.0.path().join(f)).unwrap();
+    }
+    pair.edge.signal("HUP");
+    wait_log(&pair.edge, "SIGHUP: TLS files reloaded");
+    let proxy = format!("https://localhost:{}", https.port());
+    let url = format!("http://127.0.0.1:{}/small", origin.http);
+    let fetch = |ca: &Path| {
+        let o = curl(&[
+            "--proxy",
+            &proxy,
+            "--proxy-cacert",
+            ca.to_str().unwrap(),
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &url,
+        ]);
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    assert_eq!(fetch(&keys.ca()), "200");
+    assert_eq!(fetch(&old_ca), "000");
+}
