@@ -35,6 +35,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
@@ -585,6 +586,7 @@ async fn connect<T: Transport>(
         }
     };
     let rd = H2Recv::new(req.into_body());
+    let (cancelled, read) = (rd.cancelled.clone(), rd.read.clone());
     let wr = H2Send::new(send, Reason::CONNECT_ERROR);
     let first_down = OnceLock::new();
     let (up, down, err) =
@@ -592,6 +594,24 @@ async fn connect<T: Transport>(
     let ttfb = first_down
         .get()
         .map(|t| t.saturating_duration_since(started));
+    if err.is_some() && cancelled.load(Ordering::Relaxed) {
+        // The client closed the tunnel with RST_STREAM CANCEL, as browsers do when they are
+        // done with it: the far side was reset (§8.5), which is no failure of the proxy's.
+        let ended = Access {
+            status: 200,
+            ttfb,
+            ..record()
+        }
+        // The failed direction's count is not returned: the bytes read from the client are.
+        .tunnel_ended(up.max(read.load(Ordering::Relaxed)), down, None);
+        Access {
+            outcome: "client-closed",
+            detail: "RST_STREAM CANCEL from the client".into(),
+            ..ended
+        }
+        .log();
+        return;
+    }
     tunnel::log_tunnel(
         peer, "CONNECT", &authority, 200, up, down, started, ttfb, err,
     );
@@ -602,6 +622,10 @@ async fn connect<T: Transport>(
 struct H2Recv {
     body: RecvStream,
     chunk: Bytes,
+    /// Set when the client reset the stream with CANCEL.
+    cancelled: Arc<AtomicBool>,
+    /// Bytes read out so far.
+    read: Arc<AtomicU64>,
 }
 
 impl H2Recv {
@@ -609,8 +633,16 @@ impl H2Recv {
         H2Recv {
             body,
             chunk: Bytes::new(),
+            cancelled: Arc::new(AtomicBool::new(false)),
+            read: Arc::new(AtomicU64::new(0)),
         }
     }
+}
+
+/// Whether `e` is the client's RST_STREAM with CANCEL: the client no longer needs the stream
+/// (browsers close a tunnel that way once they are done with it).
+fn client_cancel(e: &h2::Error) -> bool {
+    e.is_reset() && e.is_remote() && e.reason() == Some(Reason::CANCEL)
 }
 
 fn h2_io(e: h2::Error) -> io::Error {
@@ -631,13 +663,19 @@ impl AsyncRead for H2Recv {
         while self.chunk.is_empty() {
             match ready!(self.body.poll_data(cx)) {
                 None => return Poll::Ready(Ok(())),
-                Some(Err(e)) => return Poll::Ready(Err(h2_io(e))),
+                Some(Err(e)) => {
+                    if client_cancel(&e) {
+                        self.cancelled.store(true, Ordering::Relaxed);
+                    }
+                    return Poll::Ready(Err(h2_io(e)));
+                }
                 Some(Ok(b)) => self.chunk = b,
             }
         }
         let n = self.chunk.len().min(buf.remaining());
         buf.put_slice(&self.chunk[..n]);
         self.chunk.advance(n);
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
         let _ = self.body.flow_control().release_capacity(n);
         Poll::Ready(Ok(()))
     }
@@ -650,7 +688,7 @@ impl AsyncRead for H2Recv {
 struct H2Send {
     send: SendStream<Bytes>,
     reset: Reason,
-    aborted: std::sync::atomic::AtomicBool,
+    aborted: AtomicBool,
     ended: bool,
 }
 
@@ -659,7 +697,7 @@ impl H2Send {
         H2Send {
             send,
             reset,
-            aborted: std::sync::atomic::AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
             ended: false,
         }
     }
@@ -667,14 +705,13 @@ impl H2Send {
 
 impl Abort for H2Send {
     fn abort(&self) {
-        self.aborted
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.aborted.store(true, Ordering::Relaxed);
     }
 }
 
 impl Drop for H2Send {
     fn drop(&mut self) {
-        if !self.ended || self.aborted.load(std::sync::atomic::Ordering::Relaxed) {
+        if !self.ended || self.aborted.load(Ordering::Relaxed) {
             self.send.send_reset(self.reset);
         }
     }
@@ -722,7 +759,7 @@ impl AsyncWrite for H2Send {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.aborted.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.aborted.load(Ordering::Relaxed) {
             return Poll::Ready(Ok(()));
         }
         if !self.ended {
