@@ -419,14 +419,16 @@ async fn reply_head<T: Transport, R: AsyncRead + Unpin>(
 }
 
 /// The HTTP/2 response head for a forwarded reply head: connection-specific fields and
-/// framing removed (RFC 9113 §8.2.2), `content-length` kept for a body of known length, `Via`
-/// added. Fields HTTP/2 cannot carry are dropped with a debug line.
+/// framing removed (RFC 9113 §8.2.2), `content-length` kept unless the body was chunked or
+/// close-delimited, `Via` added. Fields HTTP/2 cannot carry are dropped with a debug line.
 fn h2_head(head: ResponseHead, kind: BodyKind) -> Result<Response<()>, EdgeError> {
     let mut headers = head.headers;
     http1::remove_length_if_coded(&mut headers);
     http1::strip_hop_by_hop(&mut headers);
     http1::remove_header(&mut headers, "transfer-encoding");
-    if !matches!(kind, BodyKind::Length(_)) {
+    // A length stays for a body of known length and where it describes the selected
+    // representation without a body (HEAD, 304).
+    if matches!(kind, BodyKind::Chunked | BodyKind::CloseDelimited) {
         http1::remove_header(&mut headers, "content-length");
     }
     headers.push(Header::new("via", VIA));

@@ -364,6 +364,17 @@ fn many_tunnels_and_requests_on_one_h2_connection() {
         let resp = resp.await.unwrap();
         assert_eq!(resp.status(), 200);
         assert!(body_of(resp.into_body()).await == body);
+        // HEAD: no body, the length of the representation kept.
+        let req = http::Request::builder()
+            .method(http::Method::HEAD)
+            .uri(format!("http://127.0.0.1:{http_port}/big"))
+            .body(())
+            .unwrap();
+        let (resp, _) = c.send_request(req, true).unwrap();
+        let resp = resp.await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-length"], "3145728");
+        assert!(resp.body().is_end_stream());
         // A refused target gets the edge's synthetic response as an HTTP/2 reply.
         let req = http::Request::builder()
             .uri("https://127.0.0.1:1/")
