@@ -11,7 +11,7 @@
 //!   stream with CONNECT_ERROR. The bytes are pumped by the same code as HTTP/1.1 tunnels.
 //! - a plain request (`:scheme http`, `:authority`, §8.3.1) is turned into the HTTP/1.1 request
 //!   head the edge forwards for an absolute-form request (the same validation and rewriting,
-//!   [`crate::client::prepare`]; `Cookie` fields joined as §8.2.3 says, a body without
+//!   `client::prepare`; `Cookie` fields joined as §8.2.3 says, a body without
 //!   `content-length` sent chunked) and carried on an `Http` stream; the reply head becomes
 //!   HTTP/2 fields without the connection-specific ones (§8.2.2) and its body DATA frames.
 //!
@@ -25,7 +25,7 @@
 //!
 //! Memory is bounded per connection: uploads by the receive windows (window released only when
 //! the bytes went into the pool stream), replies by the HTTP/2 send window, since a DATA frame
-//! is sent only for capacity the client granted ([`H2Send`]), and by one body buffer per stream.
+//! is sent only for capacity the client granted (`H2Send`), and by one body buffer per stream.
 //!
 //! What it does NOT do: extended CONNECT (RFC 8441, WebSocket over HTTP/2; the
 //! SETTINGS_ENABLE_CONNECT_PROTOCOL is not sent), server push, `100 Continue` (an `expect`

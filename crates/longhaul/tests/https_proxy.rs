@@ -532,3 +532,80 @@ fn sighup_reloads_the_endpoint_certificate() {
     assert_eq!(fetch(&keys.ca()), "200");
     assert_eq!(fetch(&old_ca), "000");
 }
+
+#[test]
+fn a_slow_h2_reader_holds_the_reply_back() {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    // An origin that writes a 256 MiB reply as fast as it is taken, counting what the
+    // network took from it.
+    const SIZE: u64 = 256 * 1024 * 1024;
+    let written = Arc::new(AtomicU64::new(0));
+    let w = written.clone();
+    let origin = scripted_origin(move |mut s| {
+        let _ = read_head(&mut s);
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {SIZE}\r\n\r\n");
+        if s.write_all(head.as_bytes()).is_err() {
+            return;
+        }
+        let chunk = vec![7u8; 64 * 1024];
+        let mut left = SIZE;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            if s.write_all(&chunk[..n]).is_err() {
+                return;
+            }
+            left -= n as u64;
+            w.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    let (_pair, https, keys) = https_pair();
+    let proxy_ca = keys.ca();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let tls = tls_to(https, &proxy_ca, b"h2").await;
+        // The client's windows stay at the protocol's 65535 bytes until it reads.
+        let (client, conn) = h2::client::Builder::new()
+            .initial_window_size(65_535)
+            .initial_connection_window_size(65_535)
+            .handshake::<_, bytes::Bytes>(tls)
+            .await
+            .unwrap();
+        let driver = tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let req = http::Request::builder()
+            .uri(format!("http://{origin}/big"))
+            .body(())
+            .unwrap();
+        let (resp, _) = client.send_request(req, true).unwrap();
+        let resp = resp.await.unwrap();
+        assert_eq!(resp.status(), 200);
+        // Not reading: what the origin could send is what the buffers on the way hold (socket
+        // buffers, the pool stream's window, one body buffer), far from the whole reply.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let stalled = written.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let later = written.load(Ordering::Relaxed);
+        assert!(
+            later < SIZE / 4,
+            "the origin sent {later} of {SIZE} bytes to a client that reads nothing"
+        );
+        assert!(
+            later - stalled < 1024 * 1024,
+            "still flowing: {stalled} -> {later}"
+        );
+        // Reading resumes the flow to the end.
+        let mut body = resp.into_body();
+        let mut got = 0u64;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.unwrap();
+            got += chunk.len() as u64;
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        assert_eq!(got, SIZE);
+        driver.abort();
+    });
+}
