@@ -140,9 +140,21 @@ pub(crate) async fn serve<T: Transport>(
             Some(_) = streams.join_next(), if !streams.is_empty() => {}
         }
     }
-    // The connection is closed (or broke): dropping `streams` aborts what is left, which
-    // resets their pool streams; each logs itself as it is dropped or finishes.
+    // The connection is closed (or broke). Dropping it ends every stream's HTTP/2 side with an
+    // error, so each stream task finishes (resetting its pool stream) and writes its access-log
+    // line; the few that wait on the far side are aborted after a short grace.
+    drop(conn);
+    let ended = tokio::time::timeout(STREAM_END_GRACE, async {
+        while streams.join_next().await.is_some() {}
+    })
+    .await;
+    if ended.is_err() {
+        tracing::debug!(%peer, streams = streams.len(), "HTTP/2 streams aborted after the connection closed");
+    }
 }
+
+/// How long the streams of a closed client connection may take to end and log themselves.
+const STREAM_END_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How one stream's request ended, for the access log.
 struct Outcome {
@@ -590,9 +602,14 @@ async fn connect<T: Transport>(
     let rd = H2Recv::new(req.into_body());
     let (cancelled, read) = (rd.cancelled.clone(), rd.read.clone());
     let wr = H2Send::new(send, Reason::CONNECT_ERROR);
+    let sent = wr.sent.clone();
     let first_down = OnceLock::new();
     let (up, down, err) =
         tunnel::pump_with_prefix(ctx, rd, wr, stream, to_client, Bytes::new(), &first_down).await;
+    // A failed (or abandoned) direction's count is not returned by the pump: the bytes that
+    // crossed the client's stream are.
+    let up = up.max(read.load(Ordering::Relaxed));
+    let down = down.max(sent.load(Ordering::Relaxed));
     let ttfb = first_down
         .get()
         .map(|t| t.saturating_duration_since(started));
@@ -604,8 +621,7 @@ async fn connect<T: Transport>(
             ttfb,
             ..record()
         }
-        // The failed direction's count is not returned: the bytes read from the client are.
-        .tunnel_ended(up.max(read.load(Ordering::Relaxed)), down, None);
+        .tunnel_ended(up, down, None);
         Access {
             outcome: "client-closed",
             detail: "RST_STREAM CANCEL from the client".into(),
@@ -692,6 +708,8 @@ struct H2Send {
     reset: Reason,
     aborted: AtomicBool,
     ended: bool,
+    /// Bytes sent so far.
+    sent: Arc<AtomicU64>,
 }
 
 impl H2Send {
@@ -701,6 +719,7 @@ impl H2Send {
             reset,
             aborted: AtomicBool::new(false),
             ended: false,
+            sent: Arc::new(AtomicU64::new(0)),
         }
     }
 }
@@ -741,6 +760,7 @@ impl AsyncWrite for H2Send {
                 self.send
                     .send_data(Bytes::copy_from_slice(&buf[..n]), false)
                     .map_err(h2_io)?;
+                self.sent.fetch_add(n as u64, Ordering::Relaxed);
                 return Poll::Ready(Ok(n));
             }
             match ready!(self.send.poll_capacity(cx)) {
