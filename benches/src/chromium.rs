@@ -17,7 +17,7 @@
 
 use crate::workload::{Workload, MAX_BROWSER_SUBRESOURCES};
 use anyhow::{bail, Context, Result};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -43,11 +43,14 @@ pub const FLAGS: [&str; 9] = [
 /// and resolve to nothing.
 pub const SERVICE_HOSTS: [&str; 2] = ["*.google.com", "*.googleapis.com"];
 
-/// Arguments of one load of `url`; with `http3`, QUIC to every origin of `resolve` on 443.
+/// Arguments of one load of `url` through `proxy` (a proxy URL: `http://a:p`, or `https://a:p`
+/// for a proxy reached over TLS, to which Chromium speaks HTTP/2); `spki`: comma-separated key
+/// pins of the servers (origins, HTTPS proxy) to trust; with `http3`, QUIC to every origin of
+/// `resolve` on 443.
 pub fn args(
     url: &str,
     profile_dir: &Path,
-    proxy: Option<SocketAddr>,
+    proxy: Option<&str>,
     resolve: &[(String, IpAddr)],
     spki: Option<&str>,
     http3: bool,
@@ -64,7 +67,7 @@ pub fn args(
     }
     a.push(format!("--user-data-dir={}", profile_dir.display()));
     match proxy {
-        Some(p) => a.push(format!("--proxy-server=http://{p}")),
+        Some(p) => a.push(format!("--proxy-server={p}")),
         None => a.push("--no-proxy-server".into()),
     }
     a.push(format!("--proxy-bypass-list={}", SERVICE_HOSTS.join(";")));
@@ -289,7 +292,7 @@ mod tests {
         let a = args(
             "http://a.test/",
             Path::new("/tmp/p"),
-            Some("10.77.1.1:3128".parse().unwrap()),
+            Some("http://10.77.1.1:3128"),
             &[],
             None,
             false,

@@ -4,7 +4,8 @@
 //! - [`replay`]: the browser-like replay client (`pageload replay-once` in the client
 //!   namespace): HTTP/1.1 with six connections per host, or over HTTPS one HTTP/2 (or, for
 //!   `direct-h3`, HTTP/3) connection per host; level by level.
-//! - [`chromium`]: headless Chromium, the real browser.
+//! - [`chromium`]: headless Chromium, the real browser; `chromium-https-proxy` the same through
+//!   the system's HTTPS proxy endpoint (HTTP/2 over TLS to the proxy; longhaul systems).
 //!
 //! Adding a client is one file: a type implementing [`Client`] and its line in [`REGISTRY`].
 //! This module runs one load; the schedule, repetitions and rows are the runner's.
@@ -49,7 +50,11 @@ pub trait Client: Sync {
 }
 
 /// Every client, in the order the suites list them.
-pub static REGISTRY: [&dyn Client; 2] = [&replay::Replay, &chromium::Chromium];
+pub static REGISTRY: [&dyn Client; 3] = [
+    &replay::Replay,
+    &chromium::Chromium,
+    &chromium::ChromiumHttpsProxy,
+];
 
 /// The registered client `id`.
 pub fn lookup(id: &str) -> Option<&'static dyn Client> {

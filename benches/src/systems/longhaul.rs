@@ -8,7 +8,9 @@
 //! carrier, congestion control and reply policy, because the far side sends most bytes and
 //! places the replies.
 
-use super::{own_dir, spawn, Running, Shared, Start, System, SystemSpec, ORIGIN_IDLE_SECS, PORTS};
+use super::{
+    own_dir, spawn, HttpsProxy, Running, Shared, Start, System, SystemSpec, ORIGIN_IDLE_SECS, PORTS,
+};
 use crate::bed::{Bed, Node};
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
@@ -114,6 +116,20 @@ impl System for Longhaul {
         if let Some(w) = p.stream_window_bdp {
             args.extend(["--stream-window-bdp".into(), w.to_string()]);
         }
+        // The HTTPS proxy endpoint, with a certificate of its own (clients pin its key).
+        let https = SocketAddr::new(
+            at.bed.addr(Node::Edge),
+            PORTS.longhaul_https_base + k as u16,
+        );
+        let spki = endpoint_certificate(&d, https)?;
+        args.extend([
+            "--https-proxy".into(),
+            https.to_string(),
+            "--https-cert".into(),
+            d.join("https.pem").display().to_string(),
+            "--https-key".into(),
+            d.join("https.key").display().to_string(),
+        ]);
         let bin = longhaul_bin("edge-proxy")?;
         let c = spawn(
             at.bed,
@@ -124,8 +140,23 @@ impl System for Longhaul {
         )?;
         r.children.push(("edge-proxy".into(), c));
         r.proxy = Some(listen);
+        r.https_proxy = Some(HttpsProxy {
+            addr: https,
+            spki_sha256: spki,
+        });
         Ok(())
     }
+}
+
+/// Writes a self-signed certificate for the HTTPS proxy endpoint at `addr` (`dir/https.pem`,
+/// `dir/https.key`); returns its key's SPKI SHA-256 in base64.
+fn endpoint_certificate(dir: &Path, addr: SocketAddr) -> Result<String> {
+    let key = rcgen::KeyPair::generate()?;
+    let cert = rcgen::CertificateParams::new(vec![addr.ip().to_string()])?.self_signed(&key)?;
+    std::fs::write(dir.join("https.pem"), cert.pem())?;
+    std::fs::write(dir.join("https.key"), key.serialize_pem())?;
+    let spki = ring::digest::digest(&ring::digest::SHA256, &key.public_key_der());
+    Ok(crate::origin::base64_encode(spki.as_ref()))
 }
 
 /// Where the longhaul binaries are: next to the running executable (same target directory),

@@ -331,6 +331,9 @@ pub struct Running {
     pub spec: SystemSpec,
     /// Forward proxy for clients, `None` for `direct`.
     pub proxy: Option<SocketAddr>,
+    /// The system's HTTPS proxy endpoint (clients reach the proxy over TLS and may speak
+    /// HTTP/2 to it), if it has one.
+    pub https_proxy: Option<HttpsProxy>,
     children: Vec<(String, Child)>,
     pid_files: Vec<PathBuf>,
 }
@@ -364,6 +367,15 @@ impl Drop for Running {
     }
 }
 
+/// An HTTPS proxy endpoint of a started system.
+#[derive(Debug, Clone)]
+pub struct HttpsProxy {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Base64 SHA-256 of its certificate's public key (Chromium's SPKI allow list).
+    pub spki_sha256: String,
+}
+
 /// Addresses and ports of every system in the bed.
 #[derive(Debug, Clone)]
 pub struct Ports {
@@ -377,6 +389,8 @@ pub struct Ports {
     pub haproxy_remote: u16,
     /// First edge-proxy port (one per longhaul variant).
     pub longhaul_edge_base: u16,
+    /// First edge-proxy HTTPS proxy endpoint port (one per longhaul variant).
+    pub longhaul_https_base: u16,
     /// remote-proxy TCP listener (longhaul-tcp).
     pub longhaul_remote: u16,
     /// remote-proxy UDP listener (longhaul-quic); kept apart from the TCP ports.
@@ -390,6 +404,7 @@ pub const PORTS: Ports = Ports {
     haproxy_edge: 3130,
     haproxy_remote: 8443,
     longhaul_edge_base: 3200,
+    longhaul_https_base: 3300,
     longhaul_remote: 4443,
     longhaul_quic_remote: 4463,
 };
@@ -449,6 +464,7 @@ pub fn start(
     let mut r = Running {
         spec: spec.clone(),
         proxy: None,
+        https_proxy: None,
         children: vec![],
         pid_files: vec![],
     };

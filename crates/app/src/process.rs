@@ -106,6 +106,12 @@ impl KeyFiles for pool::tls::TlsClient {
     }
 }
 
+impl KeyFiles for pool::tls::TlsEndpoint {
+    fn reload(&self) -> Result<(), String> {
+        pool::tls::TlsEndpoint::reload(self).map_err(|e| e.to_string())
+    }
+}
+
 impl KeyFiles for pool::tls::TlsServer {
     fn reload(&self) -> Result<(), String> {
         pool::tls::TlsServer::reload(self).map_err(|e| e.to_string())
@@ -385,7 +391,7 @@ async fn reload_on_sighup<C: ProcessConfig>(
         }
         match &tls {
             Some(t) => match t.reload() {
-                Ok(()) => tracing::info!("SIGHUP: TLS files reloaded for new pool connections"),
+                Ok(()) => tracing::info!("SIGHUP: TLS files reloaded for new connections"),
                 Err(e) => {
                     crate::metrics::global().reload_failed("tls");
                     tracing::warn!(error = %e, "SIGHUP: TLS files do not load; keeping the previous ones")

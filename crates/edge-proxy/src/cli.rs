@@ -9,7 +9,7 @@
 //! defaults ([`crate::config`] does).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use app::config::{PolicyName, TlsSection};
 use app::process::{CarrierFlags, Help};
@@ -17,7 +17,8 @@ use ipnet::IpNet;
 
 use crate::client::ConnectReply;
 use crate::config::{
-    EdgeConfig, SocksListen, TransparentConfig, DEFAULT_REMOTE, DEFAULT_TRANSPARENT_HTTP_PORTS,
+    EdgeConfig, HttpsProxyConfig, SocksListen, TransparentConfig, DEFAULT_REMOTE,
+    DEFAULT_TRANSPARENT_HTTP_PORTS,
 };
 use crate::pool_transport::{pool_config, tls_client};
 
@@ -47,6 +48,16 @@ pub struct Flags {
     /// development mode, off in production).
     #[arg(long, value_name = "ADDR|off")]
     socks: Option<SocksListen>,
+    /// Also serve proxy clients over TLS here (HTTPS proxy endpoint, HTTP/1.1 and h2);
+    /// needs a certificate and key ([https_proxy] or the two flags below).
+    #[arg(long, value_name = "ADDR")]
+    https_proxy: Option<SocketAddr>,
+    /// Certificate chain (PEM) of the HTTPS proxy endpoint; replaces https_proxy.cert.
+    #[arg(long, value_name = "PATH")]
+    https_cert: Option<PathBuf>,
+    /// Private key (PEM) of the HTTPS proxy endpoint; replaces https_proxy.key.
+    #[arg(long, value_name = "PATH")]
+    https_key: Option<PathBuf>,
     /// Ports CONNECT may reach, comma-separated (`443,8443`), or `any`; replaces connect_ports.
     #[arg(long, value_name = "PORTS", value_parser = parse_ports)]
     connect_ports: Option<PortList>,
@@ -132,6 +143,22 @@ impl app::process::Flags for Flags {
         if let Some(v) = self.socks {
             cfg.socks.listen = Some(v);
         }
+        if let Some(v) = self.https_proxy {
+            // Without a section, the certificate and key come from the flags below; missing
+            // ones are reported by the check of the key files.
+            let h = cfg
+                .https_proxy
+                .get_or_insert_with(|| HttpsProxyConfig::new(v, PathBuf::new(), PathBuf::new()));
+            h.listen = v;
+        }
+        if let Some(h) = &mut cfg.https_proxy {
+            if let Some(c) = &self.https_cert {
+                h.cert = c.clone();
+            }
+            if let Some(k) = &self.https_key {
+                h.key = k.clone();
+            }
+        }
         if let Some(p) = &self.connect_ports {
             cfg.connect_ports = p.0.clone();
         }
@@ -154,6 +181,16 @@ impl app::process::Flags for Flags {
             .validate()
             .map_err(|e| anyhow::anyhow!("invalid pool configuration: {e}"))?;
         tls_client(cfg).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        if let Some(h) = &cfg.https_proxy {
+            if h.cert.as_os_str().is_empty() || h.key.as_os_str().is_empty() {
+                anyhow::bail!(
+                    "invalid configuration: the HTTPS proxy endpoint needs https_proxy.cert and \
+                     https_proxy.key (or --https-cert and --https-key)"
+                );
+            }
+            pool::tls::TlsEndpoint::new(h.cert.clone(), h.key.clone())
+                .map_err(|e| anyhow::anyhow!("invalid configuration: [https_proxy]: {e}"))?;
+        }
         Ok(())
     }
 }

@@ -33,10 +33,10 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use ipnet::IpNet;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
+use crate::conn::{Abort, ClientConn};
 use crate::errors::{answer, EdgeError};
 use crate::transport::{FarFailure, StreamKind, Transport};
 use crate::tunnel;
@@ -137,17 +137,17 @@ pub enum Entry {
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 /// `Via` entry the edge adds to forwarded requests and responses (RFC 9110 §7.6.3); the pair
 /// acts as one proxy.
-const VIA: &str = "1.1 longhaul";
+pub(crate) const VIA: &str = "1.1 longhaul";
 
 /// Serves one client connection to completion.
-pub async fn serve<T: Transport>(
+pub async fn serve<T: Transport, C: ClientConn>(
     ctx: Arc<Ctx<T>>,
-    sock: TcpStream,
+    sock: C,
     peer: SocketAddr,
     entry: Entry,
 ) {
-    let _ = sock.set_nodelay(true);
-    if let Err(e) = set_client_timeouts(&sock, ctx.settings.send_timeout) {
+    let _ = sock.tcp().set_nodelay(true);
+    if let Err(e) = set_client_timeouts(sock.tcp(), ctx.settings.send_timeout) {
         tracing::debug!(%peer, error = %e, "client socket timeouts not set");
     }
     if !ctx.settings.client_allowed(peer.ip()) {
@@ -174,11 +174,10 @@ pub async fn serve<T: Transport>(
         if *draining.borrow() {
             break;
         }
-        // Peeking (not `readable`, whose readiness may be stale) waits for a byte, the end of
-        // the stream or an error; the session's first read then reports what it found.
-        let mut byte = [0u8; 1];
+        // Waits for a byte, the end of the stream or an error; the session's first read then
+        // reports what it found.
         let ready = tokio::select! {
-            r = tokio::time::timeout_at(until, sock.peek(&mut byte)) => r,
+            r = tokio::time::timeout_at(until, sock.ready()) => r,
             _ = draining.changed() => break,
         };
         if ready.is_err() {
@@ -204,7 +203,7 @@ pub async fn serve<T: Transport>(
 
 /// Answers a client outside `allowed_clients` (explicit) or just closes (intercepted: the
 /// client did not address a proxy, so it gets no proxy's answer), with an access-log line.
-async fn refuse_client(mut sock: TcpStream, peer: SocketAddr, entry: Entry) {
+async fn refuse_client<C: ClientConn>(mut sock: C, peer: SocketAddr, entry: Entry) {
     let err = EdgeError::ForbiddenClient(peer.ip());
     let record = Access::new(Peer::Client(peer), "-", "-", Instant::now());
     if matches!(entry, Entry::Explicit) {
@@ -255,9 +254,9 @@ impl Owed {
 
 /// Serves requests on a readable connection until it is idle again or done. Its buffers, the
 /// reader and writer and their queue exist only while it runs.
-async fn session<T: Transport>(
+async fn session<T: Transport, C: ClientConn>(
     ctx: &Ctx<T>,
-    sock: &mut TcpStream,
+    sock: &mut C,
     peer: SocketAddr,
     entry: Entry,
     wait: Duration,
@@ -265,7 +264,7 @@ async fn session<T: Transport>(
 ) -> Session {
     // Borrowed halves: the socket itself is closed by `serve`, after both sides are done, so
     // an aborted reply ends with a reset and never with a clean FIN.
-    let (rd, wr) = sock.split();
+    let (rd, wr) = sock.halves();
     let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
     let cause = Arc::new(OnceLock::new());
     let owed = Owed::default();
@@ -297,7 +296,7 @@ const CLOSE_LINGER_BYTES: usize = 1024 * 1024;
 /// Reads and discards what the client still sends (bounded) until it closes: closing a
 /// socket with unread data would send a reset that can destroy the last response before the
 /// client read it.
-pub(crate) async fn drain_and_close(sock: &mut TcpStream) {
+pub(crate) async fn drain_and_close<C: AsyncRead + AsyncWrite + Unpin>(sock: &mut C) {
     let _ = sock.shutdown().await;
     let mut scratch = vec![0u8; 16 * 1024];
     let mut total = 0usize;
@@ -322,7 +321,7 @@ enum End {
 }
 
 /// One queued item for the writer, in request order.
-enum Pending<'a, S> {
+enum Pending<R, S> {
     /// A reply to relay from a stream.
     Reply(Box<ReplyJob<S>>),
     /// An error to answer; the connection closes after it.
@@ -346,13 +345,13 @@ enum Pending<'a, S> {
     Upgrade {
         job: Box<ReplyJob<S>>,
         swr: WriteHalf<S>,
-        rd: TcpReadHalf<'a>,
+        rd: R,
         buf: BytesMut,
     },
     /// A CONNECT: the connection becomes a tunnel once earlier replies are written.
     Connect {
         head: RequestHead,
-        rd: TcpReadHalf<'a>,
+        rd: R,
         buf: BytesMut,
         started: Instant,
     },
@@ -454,15 +453,15 @@ impl Drop for Unlogged {
 }
 
 /// A request prepared for forwarding.
-struct Prepared {
-    auth: Authority,
+pub(crate) struct Prepared {
+    pub(crate) auth: Authority,
     /// Request head bytes to send on the stream.
-    head: Vec<u8>,
-    body: BodyKind,
+    pub(crate) head: Vec<u8>,
+    pub(crate) body: BodyKind,
     expect_continue: bool,
     close: bool,
     /// The reply the edge gives itself instead of forwarding (`Max-Forwards: 0`).
-    local: Option<Vec<u8>>,
+    pub(crate) local: Option<Vec<u8>>,
     /// The request asks to switch protocols and the upgrade is forwarded: on a `101` the
     /// connection becomes a byte tunnel.
     upgrade: bool,
@@ -558,7 +557,7 @@ fn max_forwards(head: &RequestHead, headers: &mut [Header]) -> Result<Option<Vec
     Ok(Some(reply))
 }
 
-fn idempotent(method: &str) -> bool {
+pub(crate) fn idempotent(method: &str) -> bool {
     matches!(
         method,
         "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
@@ -566,7 +565,7 @@ fn idempotent(method: &str) -> bool {
 }
 
 /// Validates a request and builds the head forwarded on the stream.
-fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
+pub(crate) fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
     // httparse only accepts token characters in a method; it must not be empty.
     if head.method.is_empty() {
         return Err(EdgeError::BadRequest(format!(
@@ -678,10 +677,10 @@ enum Read {
 /// started in, ending at `until`. Err means the client connection closed or broke (everything
 /// in flight is abandoned).
 #[allow(clippy::too_many_arguments)]
-async fn read_requests<'a, T: Transport>(
+async fn read_requests<T: Transport, R: AsyncRead + Unpin + Send>(
     ctx: &Ctx<T>,
-    mut rd: TcpReadHalf<'a>,
-    tx: mpsc::Sender<Pending<'a, T::Stream>>,
+    mut rd: R,
+    tx: mpsc::Sender<Pending<R, T::Stream>>,
     peer: SocketAddr,
     entry: Entry,
     cause: &Arc<OnceLock<Ending>>,
@@ -948,8 +947,8 @@ async fn read_requests<'a, T: Transport>(
 
 /// A request answered by the edge itself whose body failed: invalid framing is answered 400,
 /// a client that broke off ends the connection.
-async fn body_failed<S>(
-    tx: &mpsc::Sender<Pending<'_, S>>,
+async fn body_failed<R, S>(
+    tx: &mpsc::Sender<Pending<R, S>>,
     e: CopyError,
     head: RequestHead,
     started: Instant,
@@ -979,14 +978,19 @@ enum RelayError {
 }
 
 /// Relays queued replies in order; returns when the connection should close.
-async fn write_replies<T: Transport>(
+async fn write_replies<T, R, W>(
     ctx: &Ctx<T>,
-    mut wr: TcpWriteHalf<'_>,
-    mut rx: mpsc::Receiver<Pending<'_, T::Stream>>,
+    mut wr: W,
+    mut rx: mpsc::Receiver<Pending<R, T::Stream>>,
     peer: SocketAddr,
     cause: &OnceLock<Ending>,
     owed: &Owed,
-) -> End {
+) -> End
+where
+    T: Transport,
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Abort + Unpin + Send,
+{
     let answered = |status: u16| {
         Ending::earlier(&format!(
             "an earlier request on this connection was answered {status} and the connection closed"
@@ -1164,15 +1168,19 @@ async fn write_replies<T: Transport>(
 /// Relays the reply to a request whose upgrade was forwarded; after a `101` the connection is a
 /// byte tunnel over the request's stream until both sides finished (RFC 9110 §7.8). Any other
 /// reply is relayed and the connection closes (the reader stopped at the upgrade request).
-async fn upgrade<T: Transport>(
+async fn upgrade<T, R, W>(
     ctx: &Ctx<T>,
     mut job: ReplyJob<T::Stream>,
     swr: WriteHalf<T::Stream>,
-    rd: TcpReadHalf<'_>,
+    rd: R,
     buf: BytesMut,
-    mut wr: TcpWriteHalf<'_>,
+    mut wr: W,
     peer: SocketAddr,
-) {
+) where
+    T: Transport,
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Abort + Unpin + Send,
+{
     let info = ReplyInfo {
         method: job.method.clone(),
         client_minor: job.client_minor,
@@ -1243,8 +1251,8 @@ async fn upgrade<T: Transport>(
 
 /// Makes the client connection end with a reset when it is closed (when [`serve`] returns),
 /// so a cut reply is never mistaken for a complete one (even a close-delimited one).
-pub(crate) fn abort(wr: TcpWriteHalf<'_>) {
-    let _ = socket2::SockRef::from(wr.as_ref()).set_linger(Some(Duration::ZERO));
+pub(crate) fn abort<W: Abort>(wr: W) {
+    wr.abort();
 }
 
 /// What relaying a reply needs to know about its request.
@@ -1271,10 +1279,10 @@ struct Relayed {
 
 /// Relays one reply from `srd` to the client. `started` becomes true before the first reply
 /// byte is written to the client.
-async fn relay<T: Transport, R: AsyncRead + Unpin>(
+async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     ctx: &Ctx<T>,
     srd: &mut R,
-    wr: &mut TcpWriteHalf<'_>,
+    wr: &mut W,
     job: &ReplyInfo,
     started: &std::sync::atomic::AtomicBool,
 ) -> Result<Relayed, RelayError> {

@@ -188,6 +188,98 @@ impl Default for SocksSection {
     }
 }
 
+/// Default of `https_proxy.max_concurrent_streams`: HTTP/2 streams (requests and CONNECT
+/// tunnels) one client connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS,
+/// RFC 9113 §6.5.2; RFC 9113 §5.1.2 recommends at least 100).
+pub const DEFAULT_H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// Default of `https_proxy.stream_window`: HTTP/2 receive window of each stream, in bytes (how
+/// much a client may upload on one stream before the edge has passed it on to the pool; the
+/// client sits a few milliseconds away, so 256 KiB keeps a single upload at line rate).
+pub const DEFAULT_H2_STREAM_WINDOW: u32 = 256 * 1024;
+/// Default of `https_proxy.connection_window`: HTTP/2 receive window of a whole client
+/// connection, in bytes; bounds what one connection's uploads can hold in the edge.
+pub const DEFAULT_H2_CONNECTION_WINDOW: u32 = 1024 * 1024;
+/// Default of `https_proxy.handshake_timeout_ms`: longest TLS handshake of a client.
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+
+/// The HTTPS proxy endpoint (`[https_proxy]`): clients reach the proxy over TLS (an
+/// `https://` proxy, PAC `HTTPS host:port`) and speak HTTP/1.1 or HTTP/2 by ALPN.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpsProxyConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// The endpoint's certificate chain (PEM, leaf first); clients verify it against the proxy's
+    /// name.
+    pub cert: std::path::PathBuf,
+    /// The certificate's private key (PEM, mode 0600).
+    pub key: std::path::PathBuf,
+    /// HTTP/2 streams one client connection may have open at once.
+    #[serde(default = "default_h2_streams")]
+    pub max_concurrent_streams: u32,
+    /// HTTP/2 receive window of each stream, in bytes.
+    #[serde(default = "default_h2_stream_window")]
+    pub stream_window: u32,
+    /// HTTP/2 receive window of a client connection, in bytes.
+    #[serde(default = "default_h2_connection_window")]
+    pub connection_window: u32,
+    /// Longest TLS handshake, in milliseconds.
+    #[serde(default = "default_handshake_timeout")]
+    pub handshake_timeout_ms: u64,
+}
+
+fn default_h2_streams() -> u32 {
+    DEFAULT_H2_MAX_CONCURRENT_STREAMS
+}
+fn default_h2_stream_window() -> u32 {
+    DEFAULT_H2_STREAM_WINDOW
+}
+fn default_h2_connection_window() -> u32 {
+    DEFAULT_H2_CONNECTION_WINDOW
+}
+fn default_handshake_timeout() -> u64 {
+    DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS
+}
+
+impl HttpsProxyConfig {
+    /// An endpoint on `listen` with `cert` and `key` and default limits.
+    pub fn new(listen: SocketAddr, cert: std::path::PathBuf, key: std::path::PathBuf) -> Self {
+        HttpsProxyConfig {
+            listen,
+            cert,
+            key,
+            max_concurrent_streams: DEFAULT_H2_MAX_CONCURRENT_STREAMS,
+            stream_window: DEFAULT_H2_STREAM_WINDOW,
+            connection_window: DEFAULT_H2_CONNECTION_WINDOW,
+            handshake_timeout_ms: DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS,
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        check_range(
+            "https_proxy.max_concurrent_streams",
+            self.max_concurrent_streams,
+            1..=10_000,
+        )?;
+        // RFC 9113 §6.9.2: windows are at most 2^31-1; below the initial 65535 a client could
+        // not even send one frame of default size promptly.
+        check_range(
+            "https_proxy.stream_window",
+            self.stream_window,
+            65_535..=(1 << 31) - 1,
+        )?;
+        check_range(
+            "https_proxy.connection_window",
+            self.connection_window,
+            self.stream_window..=(1 << 31) - 1,
+        )?;
+        check_ms(&[(
+            "https_proxy.handshake_timeout_ms",
+            self.handshake_timeout_ms,
+        )])
+    }
+}
+
 /// The pool of connections to the remote proxy.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -292,6 +384,9 @@ pub struct EdgeConfig {
     pub transparent: Option<TransparentConfig>,
     /// SOCKS5 listener (`[socks]`).
     pub socks: SocksSection,
+    /// HTTPS proxy endpoint (`[https_proxy]`); absent = off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub https_proxy: Option<HttpsProxyConfig>,
     /// Prometheus `/metrics` endpoint (`[metrics]`); off by default.
     pub metrics: app::metrics::MetricsConfig,
 }
@@ -320,6 +415,7 @@ impl Default for EdgeConfig {
             pool: PoolSection::default(),
             transparent: None,
             socks: SocksSection::default(),
+            https_proxy: None,
             metrics: app::metrics::MetricsConfig::default(),
         }
     }
@@ -358,6 +454,7 @@ impl EdgeConfig {
         if let Some(SocksListen::At(a)) = self.socks.listen {
             addrs.push(a);
         }
+        addrs.extend(self.https_proxy.as_ref().map(|h| h.listen));
         effective_mode(self.mode, &addrs)
     }
 
@@ -370,6 +467,9 @@ impl EdgeConfig {
         }
         if let Some(SocksListen::At(a)) = self.socks.listen {
             addrs.push(("socks.listen", a));
+        }
+        if let Some(h) = &self.https_proxy {
+            addrs.push(("https_proxy.listen", h.listen));
         }
         addrs
     }
@@ -498,6 +598,19 @@ impl EdgeConfig {
             }
         }
         self.validate_socks()?;
+        if let Some(h) = &self.https_proxy {
+            if h.listen == self.listen
+                || self
+                    .transparent
+                    .as_ref()
+                    .is_some_and(|t| t.listen == h.listen)
+            {
+                return Err(
+                    "https_proxy.listen must differ from listen and transparent.listen".into(),
+                );
+            }
+            h.validate()?;
+        }
         self.link.validate()
     }
 
@@ -671,6 +784,48 @@ mod tests {
         assert!(e.to_string().contains("unknown field"), "{e}");
         let e = toml::from_str::<EdgeConfig>("[pool]\nremots = [\"a:1\"]").unwrap_err();
         assert!(e.to_string().contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn https_proxy_has_defaults_and_checked_limits() {
+        let c: EdgeConfig = toml::from_str(
+            "[https_proxy]\nlisten = \"127.0.0.1:3130\"\ncert = \"p.pem\"\nkey = \"p.key\"",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let h = c.https_proxy.as_ref().unwrap();
+        assert_eq!(h.max_concurrent_streams, DEFAULT_H2_MAX_CONCURRENT_STREAMS);
+        assert_eq!(h.stream_window, DEFAULT_H2_STREAM_WINDOW);
+        assert_eq!(h.connection_window, DEFAULT_H2_CONNECTION_WINDOW);
+        assert!(EdgeConfig::default().https_proxy.is_none());
+        let with = |extra: &str| {
+            let t = format!(
+                "[https_proxy]\nlisten = \"127.0.0.1:3130\"\ncert = \"p.pem\"\nkey = \"p.key\"\n{extra}"
+            );
+            toml::from_str::<EdgeConfig>(&t).unwrap().validate()
+        };
+        assert!(with("max_concurrent_streams = 0")
+            .unwrap_err()
+            .contains("https_proxy.max_concurrent_streams"));
+        assert!(with("stream_window = 1000")
+            .unwrap_err()
+            .contains("https_proxy.stream_window"));
+        assert!(with("stream_window = 1048576\nconnection_window = 65535")
+            .unwrap_err()
+            .contains("https_proxy.connection_window"));
+        assert!(toml::from_str::<EdgeConfig>("[https_proxy]\nlisten = \"127.0.0.1:1\"").is_err());
+        let e = toml::from_str::<EdgeConfig>(
+            "[https_proxy]\nlisten = \"127.0.0.1:3128\"\ncert = \"p\"\nkey = \"k\"",
+        )
+        .unwrap()
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("https_proxy.listen must differ"), "{e}");
+        // A non-loopback endpoint is production.
+        let c: EdgeConfig =
+            toml::from_str("[https_proxy]\nlisten = \"0.0.0.0:3130\"\ncert = \"p\"\nkey = \"k\"")
+                .unwrap();
+        assert_eq!(c.mode(), Mode::Production);
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //! close the client connection, because after an error the framing of what follows on it cannot
 //! be trusted.
 //!
+//! HTTP/2 clients of the HTTPS endpoint get the same response as HTTP/2 fields
+//! ([`EdgeError::h2_response`]).
+//!
 //! It does NOT decide when an error happens: [`crate::client`] does.
 
 use app::access::Access;
@@ -140,6 +143,30 @@ impl EdgeError {
         synthetic_response(self.tag(), &self.to_string())
     }
 
+    /// The same synthetic response for an HTTP/2 client: the status, fields and body of
+    /// [`EdgeError::response`] without the connection-specific `Connection` field (RFC 9113
+    /// §8.2.2) or a reason phrase (HTTP/2 has none).
+    pub fn h2_response(&self) -> (http::Response<()>, bytes::Bytes) {
+        let whole = self.response();
+        let split = whole
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a synthetic response has a head");
+        let head = String::from_utf8_lossy(&whole[..split]);
+        let mut b = http::Response::builder().status(self.status());
+        for (name, value) in head
+            .split("\r\n")
+            .skip(1)
+            .filter_map(|l| l.split_once(": "))
+        {
+            if !name.eq_ignore_ascii_case("connection") {
+                b = b.header(name, value);
+            }
+        }
+        let head = b.body(()).expect("a synthetic head is valid");
+        (head, bytes::Bytes::copy_from_slice(&whole[split + 4..]))
+    }
+
     /// The error for a stream that could not be opened: 503 `pool-busy` when the pool stayed
     /// at its stream limit, 502 `remote-unavailable` otherwise.
     pub fn from_open(e: OpenError) -> EdgeError {
@@ -256,6 +283,21 @@ mod tests {
         };
         assert_eq!(reset(FarCode::DnsFailed), Reply::HOST_UNREACHABLE);
         assert_eq!(reset(FarCode::Timeout), Reply::TTL_EXPIRED);
+    }
+
+    #[test]
+    fn h2_responses_carry_the_same_status_tag_and_body() {
+        let e = EdgeError::ConnectFailed("connection refused".into());
+        let (head, body) = e.h2_response();
+        assert_eq!(head.status().as_u16(), 502);
+        assert_eq!(head.headers()["x-longhaul-error"], "connect-failed");
+        assert!(head.headers().get("connection").is_none());
+        assert_eq!(
+            head.headers()["content-length"],
+            body.len().to_string().as_str()
+        );
+        let whole = e.response();
+        assert!(whole.ends_with(&body));
     }
 
     #[test]

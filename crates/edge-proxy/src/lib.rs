@@ -3,12 +3,14 @@
 //!
 //! What it does: accepts clients (explicit proxy, SOCKS5 ([`socks`]) and iptables-intercepted
 //! connections), turns each plain-HTTP request into one `Http` stream and each CONNECT, SOCKS5
-//! CONNECT or intercepted non-HTTP connection into one `Tunnel` stream, relays replies in order, and maps every failure to a
-//! clear synthetic response ([`errors`]). The stream transport is a trait ([`transport`]);
+//! CONNECT or intercepted non-HTTP connection into one `Tunnel` stream, relays replies in
+//! order, and maps every failure to a clear synthetic response ([`errors`]). Clients may also
+//! reach it over TLS ([`https`]), speaking HTTP/1.1 or HTTP/2 ([`h2proxy`]). The stream
+//! transport is a trait ([`transport`]);
 //! [`service`] plugs in the pool and runs the whole edge, [`cli`] holds its own flags.
 //!
 //! What it does NOT do: resolve names or talk to origins (the remote proxy does), cache, look
-//! inside HTTPS, or speak HTTP/2 to clients.
+//! inside HTTPS, speak HTTP/2 without TLS (h2c) or HTTP/3 to clients.
 //!
 //! It does not depend on the remote proxy's crate: what the two share lives below both, HTTP/1
 //! in the `http1` crate, configuration sections, logging, metrics, the access log and the
@@ -18,7 +20,10 @@
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod conn;
 pub mod errors;
+pub mod h2proxy;
+pub mod https;
 pub mod pool_transport;
 pub mod remotes;
 pub mod server;

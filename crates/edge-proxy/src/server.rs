@@ -1,6 +1,7 @@
 //! Accept loops of the edge and graceful drain.
 //!
-//! `run` accepts clients on the proxy listener (and the interception listener, if any), serves
+//! `run` accepts clients on the proxy listener (and the interception and HTTPS proxy listeners,
+//! if any), serves
 //! each connection in its own task, and on shutdown stops accepting (new connections are
 //! refused because the listeners are closed), lets in-flight replies finish within the grace
 //! period (keep-alive connections close after their current reply), then aborts what is left.
@@ -29,6 +30,7 @@ use tokio::task::JoinSet;
 
 use crate::client::{self, Ctx, Entry, Settings};
 use crate::errors::{reply_and_close, EdgeError};
+use crate::https::{self, HttpsListener};
 use crate::socks::{self, SocksListener};
 use crate::transport::Transport;
 
@@ -40,6 +42,8 @@ pub struct Listeners {
     pub transparent: Option<TcpListener>,
     /// SOCKS5 listener.
     pub socks: Option<SocksListener>,
+    /// The HTTPS proxy endpoint ([`crate::https`]).
+    pub https: Option<HttpsListener>,
 }
 
 /// How the original destination of an intercepted connection is found.
@@ -168,7 +172,15 @@ pub async fn run<T: Transport>(
         proxy,
         transparent,
         socks,
+        https,
     } = listeners;
+    let (https, endpoint) = match https {
+        Some(h) => {
+            let (l, e) = h.into_parts();
+            (Some(l), Some(e))
+        }
+        None => (None, None),
+    };
     let transparent_addr = transparent.as_ref().and_then(|l| l.local_addr().ok());
     let mut conns = JoinSet::new();
     let mut refusals = Refusals::new();
@@ -231,6 +243,19 @@ pub async fn run<T: Transport>(
                 }
                 Err(e) => accept_error(e).await,
             },
+            r = async { https.as_ref().expect("guarded").accept().await },
+                if https.is_some() => match r {
+                Ok((sock, peer)) if conns.len() >= limit => {
+                    // A refusal over TLS would cost a handshake: the connection is closed.
+                    refusals.refuse(sock, false, limit);
+                    tracing::debug!(%peer, "HTTPS proxy client refused: too many client connections");
+                }
+                Ok((sock, peer)) => {
+                    let ep = endpoint.clone().expect("set with the listener");
+                    conns.spawn(https::serve(ctx.clone(), ep, sock, peer));
+                }
+                Err(e) => accept_error(e).await,
+            },
             Some(_) = conns.join_next(), if !conns.is_empty() => ended += 1,
         }
     }
@@ -238,6 +263,7 @@ pub async fn run<T: Transport>(
     drop(proxy);
     drop(transparent);
     drop(socks);
+    drop(https);
     let _ = drain_tx.send(true);
     tracing::info!(
         connections = conns.len(),

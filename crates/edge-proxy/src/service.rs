@@ -1,6 +1,6 @@
 //! The edge as a running service: what `edge-proxy` does once its configuration is loaded.
 //!
-//! What it does: binds the explicit, transparent and SOCKS5 listeners, starts the pool to the remotes
+//! What it does: binds the explicit, transparent, SOCKS5 and HTTPS proxy listeners, starts the pool to the remotes
 //! and the metrics endpoint, registers the pools' gauges, checks the host's TCP settings
 //! ([`app::host::check`]), spawns the SIGHUP reload, waits for
 //! the pool (bounded), tells systemd it is ready, serves clients ([`crate::server::run`]) until
@@ -17,6 +17,7 @@ use app::process::{KeyFiles, Reload};
 use tokio::net::TcpListener;
 
 use crate::config::{EdgeConfig, TransparentConfig};
+use crate::https::HttpsListener;
 use crate::pool_transport::{start_pool, tls_client};
 use crate::server::{self, Interception, Listeners};
 use crate::socks::SocksListener;
@@ -58,6 +59,33 @@ async fn socks_listener(cfg: &EdgeConfig) -> anyhow::Result<Option<SocksListener
     }
 }
 
+/// The key files SIGHUP re-reads: the pool's (`[pool.tls]`) and the HTTPS proxy endpoint's.
+struct EdgeKeys {
+    pool: Option<Arc<dyn KeyFiles>>,
+    https: Option<Arc<dyn KeyFiles>>,
+}
+
+impl KeyFiles for EdgeKeys {
+    fn reload(&self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        if let Some(p) = &self.pool {
+            if let Err(e) = p.reload() {
+                errors.push(format!("[pool.tls]: {e}"));
+            }
+        }
+        if let Some(h) = &self.https {
+            if let Err(e) = h.reload() {
+                errors.push(format!("[https_proxy]: {e}"));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
 /// Runs the edge with `cfg` until SIGTERM or SIGINT, then drains: binds the listeners, starts
 /// the pool and the metrics endpoint, reloads on SIGHUP ([`Reload`]), tells systemd.
 pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<()> {
@@ -72,6 +100,26 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
         None => None,
     };
     let socks = socks_listener(&cfg).await?;
+    let https = match &cfg.https_proxy {
+        Some(h) => {
+            let tls = pool::tls::TlsEndpoint::new(h.cert.clone(), h.key.clone())
+                .map_err(|e| anyhow::anyhow!("[https_proxy]: {e}"))?;
+            let listener = TcpListener::bind(h.listen)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {} (HTTPS proxy): {e}", h.listen))?;
+            Some(HttpsListener {
+                listener,
+                tls: Arc::new(tls),
+                handshake_timeout: Duration::from_millis(h.handshake_timeout_ms),
+                h2: crate::h2proxy::H2Limits {
+                    max_concurrent_streams: h.max_concurrent_streams,
+                    stream_window: h.stream_window,
+                    connection_window: h.connection_window,
+                },
+            })
+        }
+        None => None,
+    };
     let tls = tls_client(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
     let metrics = app::metrics::start(&cfg.metrics).await?;
     app::host::check(cfg.pool.carrier, cfg.pool.congestion());
@@ -89,12 +137,19 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
             Arc::new(move || (p.carrier(), p.carrier_switches())),
         );
     }
-    reload.spawn(tls.map(|t| t as Arc<dyn KeyFiles>), "[pool.tls]");
+    let keys = EdgeKeys {
+        pool: tls.map(|t| t as Arc<dyn KeyFiles>),
+        https: https.as_ref().map(|h| h.tls.clone() as Arc<dyn KeyFiles>),
+    };
+    let keys =
+        (keys.pool.is_some() || keys.https.is_some()).then(|| Arc::new(keys) as Arc<dyn KeyFiles>);
+    reload.spawn(keys, "[pool.tls] or [https_proxy]");
     tracing::info!(
         listen = %cfg.listen,
         transparent = ?cfg.transparent.as_ref().map(|t| t.listen),
         socks = ?socks.as_ref().and_then(|s| s.listener.local_addr().ok()),
         socks_auth = if cfg.socks.users.is_empty() { "none" } else { "username/password" },
+        https_proxy = ?cfg.https_proxy.as_ref().map(|h| h.listen),
         remotes = ?cfg.pool.remote_list(),
         connections = cfg.pool.connections,
         tls = cfg.pool.tls.is_some(),
@@ -133,6 +188,7 @@ pub async fn run(cfg: EdgeConfig, reload: Reload<EdgeConfig>) -> anyhow::Result<
             proxy,
             transparent,
             socks,
+            https,
         },
         interception,
         app::process::shutdown_signal(),

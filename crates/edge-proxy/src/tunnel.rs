@@ -13,11 +13,10 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, ReadHalf};
-use tokio::net::tcp::{ReadHalf as TcpReadHalf, WriteHalf as TcpWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadHalf};
 
-use crate::client::{self, abort, ConnectReply, Ctx};
+use crate::client::{self, abort, ConnectReply, Ctx, Settings};
+use crate::conn::{Abort, ClientConn};
 use crate::errors::{answer, EdgeError};
 use crate::transport::{StreamKind, Transport};
 use app::access::{Access, Peer};
@@ -29,29 +28,36 @@ pub const DEFAULT_TUNNEL_BUFFER: usize = 64 * 1024;
 
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
+/// The `host:port` a CONNECT to `authority` goes to, if the request is valid (400) and its
+/// port allowed (403, `connect_ports`).
+pub(crate) fn connect_target(settings: &Settings, authority: &str) -> Result<String, EdgeError> {
+    let auth = parse_authority(authority, None).map_err(EdgeError::BadRequest)?;
+    settings.check_connect_port(auth.port)?;
+    Ok(auth.target())
+}
+
 /// Handles a CONNECT request whose earlier pipelined replies are written.
-pub(crate) async fn connect<T: Transport>(
+pub(crate) async fn connect<T, R, W>(
     ctx: &Ctx<T>,
     head: RequestHead,
-    rd: TcpReadHalf<'_>,
+    rd: R,
     mut buf: BytesMut,
-    mut wr: TcpWriteHalf<'_>,
+    mut wr: W,
     peer: SocketAddr,
     started: Instant,
-) {
+) where
+    T: Transport,
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Abort + Unpin + Send,
+{
     let record = || Access::new(Peer::Client(peer), "CONNECT", &head.target, started);
-    let auth = match parse_authority(&head.target, None) {
-        Ok(a) => a,
-        Err(e) => {
-            answer(&mut wr, &EdgeError::BadRequest(e), record()).await;
+    let target = match connect_target(&ctx.settings, &head.target) {
+        Ok(t) => t,
+        Err(err) => {
+            answer(&mut wr, &err, record()).await;
             return;
         }
     };
-    if let Err(err) = ctx.settings.check_connect_port(auth.port) {
-        answer(&mut wr, &err, record()).await;
-        return;
-    }
-    let target = auth.target();
     match ctx.settings.connect_reply {
         ConnectReply::Optimistic => {
             let first = buf.split().freeze();
@@ -207,15 +213,15 @@ pub(crate) async fn connect_first<T: Transport>(
 }
 
 /// Tunnels an intercepted connection (not parsed as HTTP) to its original destination.
-pub(crate) async fn intercepted<T: Transport>(
+pub(crate) async fn intercepted<T: Transport, C: ClientConn>(
     ctx: &Ctx<T>,
-    mut sock: TcpStream,
+    mut sock: C,
     peer: SocketAddr,
     orig: SocketAddr,
 ) {
     let started = Instant::now();
     let target = orig.to_string();
-    let (rd, wr) = sock.split();
+    let (rd, wr) = sock.halves();
     let stream = match ctx
         .transport
         .open(StreamKind::Tunnel, &target, Bytes::new())
@@ -272,14 +278,19 @@ pub(crate) fn log_tunnel(
     .log();
 }
 
-async fn pump<T: Transport>(
+async fn pump<T, R, W>(
     ctx: &Ctx<T>,
-    rd: TcpReadHalf<'_>,
-    wr: TcpWriteHalf<'_>,
+    rd: R,
+    wr: W,
     stream: T::Stream,
     (to_client, already_up): (Bytes, u64),
     first_down: &OnceLock<Instant>,
-) -> (u64, u64, Option<String>) {
+) -> (u64, u64, Option<String>)
+where
+    T: Transport,
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Abort + Unpin + Send,
+{
     let (up, down, err) =
         pump_with_prefix(ctx, rd, wr, stream, to_client, Bytes::new(), first_down).await;
     (up + already_up, down, err)
@@ -289,15 +300,20 @@ async fn pump<T: Transport>(
 /// `to_far` to the stream first. Returns bytes up, bytes down, and the failure if one happened
 /// (then the client connection is reset and the stream dropped, which resets it).
 /// `first_down` is set when the first byte from the far side is at hand (time to first byte).
-pub(crate) async fn pump_with_prefix<T: Transport>(
+pub(crate) async fn pump_with_prefix<T, R, W>(
     ctx: &Ctx<T>,
-    rd: TcpReadHalf<'_>,
-    mut wr: TcpWriteHalf<'_>,
+    rd: R,
+    mut wr: W,
     stream: T::Stream,
     to_client: Bytes,
     to_far: Bytes,
     first_down: &OnceLock<Instant>,
-) -> (u64, u64, Option<String>) {
+) -> (u64, u64, Option<String>)
+where
+    T: Transport,
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Abort + Unpin + Send,
+{
     let (srd, mut swr) = client::split(stream);
     let upload = async {
         swr.write_all(&to_far).await?;

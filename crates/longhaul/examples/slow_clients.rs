@@ -298,6 +298,7 @@ fn main() {
                 proxy,
                 transparent: None,
                 socks: None,
+                https: None,
             },
             Interception::Redirect,
             std::future::pending(),

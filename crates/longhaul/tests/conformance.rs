@@ -180,6 +180,7 @@ async fn pair() -> SocketAddr {
             proxy,
             transparent: None,
             socks: None,
+            https: None,
         },
         Interception::Redirect,
         std::future::pending(),

@@ -245,6 +245,7 @@ async fn pair_with(
             proxy,
             transparent: None,
             socks: None,
+            https: None,
         },
         Interception::Redirect,
         std::future::pending(),

@@ -158,6 +158,7 @@ async fn setup(open_wait: Duration) -> Setup {
             proxy,
             transparent: None,
             socks: None,
+            https: None,
         },
         Interception::Redirect,
         std::future::pending(),

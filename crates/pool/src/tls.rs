@@ -11,12 +11,15 @@
 //! load leaves the previous one in force, with a warning. Several CA files (or several
 //! certificates in one file) are trusted at once, which is how keys rotate with an overlap.
 //! [`gen_keys`] makes a deployment CA and an edge and a remote certificate (ECDSA P-256).
+//! [`TlsEndpoint`] is the server side of the edge's HTTPS proxy endpoint (browsers and curl
+//! reach the proxy over TLS 1.2 or 1.3, ALPN `h2` or `http/1.1`, no client certificate), with
+//! the same reloading.
 //!
 //! The carrier keeps the TCP socket's [`Probe`] (duplicated descriptor), so `SIOCOUTQ` and
 //! `TCP_INFO` keep working; under TLS the kernel send queue counts ciphertext bytes (each
 //! TLS record adds 22 bytes of header and tag to at most 16 KiB of plaintext).
 //!
-//! What it does NOT do: TLS 1.2, session resumption (disabled: a resumed session would
+//! What it does NOT do: TLS 1.2 on the pool, session resumption (disabled: a resumed session would
 //! outlive a CA removed from the trust list), revocation lists, or pinning of raw keys.
 
 use std::fs::{self, OpenOptions};
@@ -167,6 +170,26 @@ fn server_config(files: &TlsFiles) -> Result<ServerConfig, TlsError> {
     cfg.alpn_protocols = vec![ALPN.to_vec()];
     cfg.send_tls13_tickets = 0;
     cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    Ok(cfg)
+}
+
+/// ALPN protocols of the HTTPS proxy endpoint, in the server's order of preference: HTTP/2
+/// (RFC 9113 §3.2) first, then HTTP/1.1.
+pub const PROXY_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// Builds the rustls configuration of the edge's HTTPS proxy endpoint: `files.cert` and
+/// `files.key` only (clients are browsers and curl: no client certificate is asked for, so
+/// `files.ca` is ignored), TLS 1.2 and 1.3, ALPN [`PROXY_ALPN`].
+fn endpoint_config(files: &TlsFiles) -> Result<ServerConfig, TlsError> {
+    let chain = read_certs(&files.cert, "certificate")?;
+    let key = read_key(&files.key)?;
+    let mut cfg = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| bad(files, e))?;
+    cfg.alpn_protocols = PROXY_ALPN.iter().map(|p| p.to_vec()).collect();
     Ok(cfg)
 }
 
@@ -368,6 +391,46 @@ impl TlsServer {
             stream: conn.into(),
             probe,
         })
+    }
+}
+
+/// The TLS of the edge's HTTPS proxy endpoint (clients reach the proxy over TLS): a
+/// certificate and key, re-read on SIGHUP ([`TlsEndpoint::reload`]) and when a file changes,
+/// like the pool's. No client certificate; ALPN [`PROXY_ALPN`].
+pub struct TlsEndpoint {
+    inner: Reloading<ServerConfig>,
+}
+
+impl std::fmt::Debug for TlsEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsEndpoint")
+            .field("cert", &self.inner.files.cert)
+            .field("key", &self.inner.files.key)
+            .finish()
+    }
+}
+
+impl TlsEndpoint {
+    /// Loads `cert` and `key` now; errors name the file.
+    pub fn new(cert: PathBuf, key: PathBuf) -> Result<TlsEndpoint, TlsError> {
+        let files = TlsFiles {
+            cert,
+            key,
+            ca: Vec::new(),
+        };
+        Ok(TlsEndpoint {
+            inner: Reloading::new(files, endpoint_config)?,
+        })
+    }
+
+    /// Re-reads the files now (SIGHUP). On error the previous files stay in force.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        self.inner.reload()
+    }
+
+    /// The acceptor for a new client connection (re-read first if a file changed).
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(self.inner.current("https proxy"))
     }
 }
 
