@@ -974,7 +974,15 @@ enum RelayError {
     /// Nothing was written to the client yet: an error response can still be sent.
     Before(EdgeError, Option<FarFailure>),
     /// Reply bytes were already sent (or the client is gone): the connection must be reset.
-    After(String),
+    After(String, Cut),
+}
+
+/// What a client got of a reply cut part way: the status of the head it was sent (0 when no
+/// head went out whole) and the body bytes after it (framing not counted).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cut {
+    status: u16,
+    bytes: u64,
 }
 
 /// Relays queued replies in order; returns when the connection should close.
@@ -1142,8 +1150,10 @@ where
                         let _ = cause.set(answered(err.status()));
                         return End::Closed;
                     }
-                    Err(RelayError::After(detail)) => {
+                    Err(RelayError::After(detail, cut)) => {
                         Access {
+                            status: cut.status,
+                            bytes_down: cut.bytes,
                             outcome: "reply-cut",
                             detail: detail.into(),
                             ..record
@@ -1242,8 +1252,8 @@ async fn upgrade<T, R, W>(
             );
             answer(&mut wr, &err, record).await;
         }
-        Err(RelayError::After(detail)) => {
-            log(0, 0, 0, None, "reply-cut", &detail);
+        Err(RelayError::After(detail, cut)) => {
+            log(cut.status, 0, cut.bytes, None, "reply-cut", &detail);
             abort(wr);
         }
     }
@@ -1331,7 +1341,9 @@ async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 started.store(true, Ordering::Relaxed);
                 wr.write_all(&http1::encode_response_head(&out))
                     .await
-                    .map_err(|e| RelayError::After(format!("client write failed: {e}")))?;
+                    .map_err(|e| {
+                        RelayError::After(format!("client write failed: {e}"), Cut::default())
+                    })?;
                 return Ok(Relayed {
                     far_error: None,
                     status: 101,
@@ -1359,7 +1371,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                         .await
                         .is_err()
                     {
-                        return Err(RelayError::After("client went away".into()));
+                        return Err(RelayError::After("client went away".into(), Cut::default()));
                     }
                 }
                 continue;
@@ -1403,21 +1415,31 @@ async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     started.store(true, Ordering::Relaxed);
     wr.write_all(&http1::encode_response_head(&out_head))
         .await
-        .map_err(|e| RelayError::After(format!("client write failed: {e}")))?;
+        .map_err(|e| RelayError::After(format!("client write failed: {e}"), Cut::default()))?;
     let head_at = Instant::now();
-    let bytes = http1::copy_body(kind, srd, &mut sbuf, wr, out)
-        .await
-        .map_err(|e| match &e {
-            CopyError::Read(io) => {
-                let why = ctx
-                    .transport
-                    .failure(io)
-                    .map(|f| f.reason)
-                    .unwrap_or_else(|| io.to_string());
-                RelayError::After(format!("reply cut: {why}"))
-            }
-            CopyError::Write(io) => RelayError::After(format!("client write failed: {io}")),
-        })?;
+    let mut written = 0;
+    let bytes = match http1::copy_body_counted(kind, srd, &mut sbuf, wr, out, &mut written).await {
+        Ok(n) => n,
+        Err(e) => {
+            let cut = Cut {
+                status: out_head.status,
+                bytes: written,
+            };
+            return Err(match &e {
+                CopyError::Read(io) => {
+                    let why = ctx
+                        .transport
+                        .failure(io)
+                        .map(|f| f.reason)
+                        .unwrap_or_else(|| io.to_string());
+                    RelayError::After(format!("reply cut: {why}"), cut)
+                }
+                CopyError::Write(io) => {
+                    RelayError::After(format!("client write failed: {io}"), cut)
+                }
+            });
+        }
+    };
     Ok(Relayed {
         far_error,
         status: out_head.status,

@@ -281,7 +281,7 @@ async fn request<T: Transport>(
                 Ok(o)
             }
             Err(RelayError::Before(e, _)) => Err((e, respond)),
-            Err(RelayError::After(d)) => Ok(cut(d)),
+            Err(RelayError::After(d, status, down)) => Ok(cut(d, status, down)),
         };
     }
     let whole = matches!(prep.body, BodyKind::None | BodyKind::Length(0));
@@ -331,7 +331,7 @@ async fn request<T: Transport>(
                         return Ok(Outcome {
                             outcome: "client-aborted".into(),
                             detail: format!("request body: {e}"),
-                            ..cut(String::new())
+                            ..cut(String::new(), 0, 0)
                         })
                     }
                     // The pool stream failed: its reply half says why.
@@ -363,15 +363,15 @@ async fn request<T: Transport>(
             Ok(o)
         }
         Err(RelayError::Before(e, _)) => Err((e, respond)),
-        Err(RelayError::After(d)) => Ok(cut(d)),
+        Err(RelayError::After(d, status, down)) => Ok(cut(d, status, down)),
     }
 }
 
-fn cut(detail: String) -> Outcome {
+fn cut(detail: String, status: u16, down: u64) -> Outcome {
     Outcome {
-        status: 0,
+        status,
         up: 0,
-        down: 0,
+        down,
         ttfb: None,
         outcome: "reply-cut".into(),
         detail,
@@ -382,8 +382,9 @@ fn cut(detail: String) -> Outcome {
 enum RelayError {
     /// Nothing was sent: the client can get an error response.
     Before(EdgeError, Option<crate::transport::FarFailure>),
-    /// The reply started: the stream was reset.
-    After(String),
+    /// The reply started: the stream was reset. With the status of the head the client got
+    /// (0: none) and the body bytes sent after it.
+    After(String, u16, u64),
 }
 
 /// Reads a reply head from a stream (skipping `1xx`), as the HTTP/1.1 relay does.
@@ -475,12 +476,22 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
     let empty = matches!(kind, BodyKind::None | BodyKind::Length(0));
     let send = respond
         .send_response(out, empty)
-        .map_err(|e| RelayError::After(format!("client stream: {e}")))?;
+        .map_err(|e| RelayError::After(format!("client stream: {e}"), 0, 0))?;
     let head_at = Instant::now();
     let mut down = 0;
     if !empty {
         let mut w = H2Send::new(send, Reason::INTERNAL_ERROR);
-        down = match http1::copy_body(kind, srd, &mut sbuf, &mut w, OutFraming::Raw).await {
+        let mut written = 0;
+        down = match http1::copy_body_counted(
+            kind,
+            srd,
+            &mut sbuf,
+            &mut w,
+            OutFraming::Raw,
+            &mut written,
+        )
+        .await
+        {
             Ok(n) => n,
             Err(e) => {
                 w.abort();
@@ -492,11 +503,19 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
                         .unwrap_or_else(|| io.to_string()),
                     CopyError::Write(io) => format!("client stream: {io}"),
                 };
-                return Err(RelayError::After(format!("reply cut: {why}")));
+                return Err(RelayError::After(
+                    format!("reply cut: {why}"),
+                    status,
+                    written,
+                ));
             }
         };
         if let Err(e) = w.shutdown().await {
-            return Err(RelayError::After(format!("client stream: {e}")));
+            return Err(RelayError::After(
+                format!("client stream: {e}"),
+                status,
+                down,
+            ));
         }
     }
     Ok(Outcome {
@@ -560,7 +579,7 @@ async fn connect<T: Transport>(
             let head = match reply_head(ctx, &mut srd, &mut sbuf).await {
                 Ok(h) => h,
                 Err(RelayError::Before(e, _)) => return fail(e, respond),
-                Err(RelayError::After(d)) => {
+                Err(RelayError::After(d, ..)) => {
                     record()
                         .failed(EdgeError::BadReply(d.clone()).tag(), d)
                         .log();

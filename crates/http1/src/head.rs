@@ -931,9 +931,30 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let mut written = 0;
+    copy_body_counted(kind, r, buf, w, out, &mut written).await
+}
+
+/// [`copy_body`] that adds the body bytes written to `w` so far to `written` as it goes, so a
+/// caller whose copy failed part way knows how much of the body went out (framing not
+/// counted).
+pub async fn copy_body_counted<R, W>(
+    kind: BodyKind,
+    r: &mut R,
+    buf: &mut BytesMut,
+    w: &mut W,
+    out: OutFraming,
+    written: &mut u64,
+) -> Result<u64, CopyError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut dec = BodyDecoder::new(kind);
     while let Some(piece) = dec.next(r, buf).await? {
+        let n = piece.len() as u64;
         write_piece(w, out, piece).await?;
+        *written += n;
     }
     let total = dec.total;
     if out == OutFraming::Chunked {
@@ -1242,6 +1263,27 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(out, b"b\r\nhello world\r\n0\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn a_copy_cut_part_way_says_how_much_of_the_body_went_out() {
+        // Two chunks arrive, the third is cut: the first two (8 body bytes) were written.
+        let mut r = &b"3\r\nabc\r\n5\r\ndefgh\r\n9\r\nijk"[..];
+        let mut out = Vec::new();
+        let mut written = 0;
+        let e = copy_body_counted(
+            BodyKind::Chunked,
+            &mut r,
+            &mut BytesMut::new(),
+            &mut out,
+            OutFraming::Raw,
+            &mut written,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, CopyError::Read(_)));
+        assert_eq!(written, out.len() as u64);
+        assert!((8..=11).contains(&written), "{written}");
     }
 
     #[tokio::test]

@@ -616,6 +616,57 @@ fn idempotent_request_is_retried_when_its_pool_connection_dies() {
     assert!(pair.edge.log_text().contains("retrying idempotent request"));
 }
 
+/// The value of `key=` in a log line (text format), as a number.
+fn field(line: &str, key: &str) -> Option<u64> {
+    let at = line.find(&format!(" {key}="))? + key.len() + 2;
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn a_reply_cut_part_way_is_logged_with_its_status_and_the_bytes_sent() {
+    // The origin promises 10 MB, sends 100 KB, then closes.
+    let origin = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10485760\r\n\r\n");
+        let _ = s.write_all(&pattern(100_000, 1));
+    });
+    let pair = start_pair("", &[]);
+    let mut c = TcpStream::connect(pair.edge_addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(format!("GET http://{origin}/ HTTP/1.1\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n @ 1..) = c.read(&mut buf) {
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.len() < 10 * MB, "reply looked complete");
+    let body = got.len() - got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() - 4;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let cut = |log: String| {
+        log.lines()
+            .find(|l| l.contains("reply-cut"))
+            .map(str::to_owned)
+    };
+    let (remote, edge) = loop {
+        if let (Some(r), Some(e)) = (cut(pair.remote.log_text()), cut(pair.edge.log_text())) {
+            break (r, e);
+        }
+        assert!(Instant::now() < deadline, "no reply-cut records");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The remote sent the head and every byte the origin gave it.
+    assert_eq!(field(&remote, "status"), Some(200), "{remote}");
+    assert_eq!(field(&remote, "bytes_down"), Some(100_000), "{remote}");
+    // The edge's record: the status the client got and the body bytes it was sent.
+    assert_eq!(field(&edge, "status"), Some(200), "{edge}");
+    assert_eq!(field(&edge, "bytes_down"), Some(body as u64), "{edge}");
+}
+
 #[test]
 fn a_client_leaving_cancels_the_remote_fetch() {
     // The origin reads the request and never answers; it reports when the remote closes

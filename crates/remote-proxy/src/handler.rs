@@ -16,7 +16,7 @@
 //!
 //! It does NOT accept pool connections ([`crate::pool_glue`] does) or parse anything inside tunnels.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -261,6 +261,7 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
     // Request body: decoded from the stream, handed to hyper through a bounded channel.
     let (body_tx, body_rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(DEFAULT_BODY_CHANNEL);
     let uploaded = AtomicU64::new(0);
+    let sent = Sent::default();
     // Set when the origin's response head arrived (time to first byte).
     let head_at = std::sync::OnceLock::new();
     // Set when the request body has been handed over in full: the wait for the response head
@@ -414,7 +415,7 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
                     r
                 }
             };
-            write_response(&mut wr, &method, res, upgrade).await
+            write_response(&mut wr, &method, res, upgrade, &sent).await
         };
         tokio::pin!(feed, respond);
         tokio::select! {
@@ -446,7 +447,11 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
         Err(Outcome::Cut(why)) => {
             let mut stream = rd.unsplit(wr);
             stream.reset(ResetReason::Cancel);
+            // What went out before the cut: the head's status and the body bytes written.
             Access {
+                status: sent.status.load(Ordering::Relaxed),
+                bytes_down: sent.body.load(Ordering::Relaxed),
+                ttfb: head_at.get().map(|t| t.saturating_duration_since(started)),
                 bytes_up: up,
                 outcome: "reply-cut",
                 detail: why.into(),
@@ -455,6 +460,15 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
             .log();
         }
     }
+}
+
+/// How much of a response [`write_response`] has written: the head's status once the head
+/// went out (0 before), and the body bytes since; read for the access record of a reply cut
+/// part way.
+#[derive(Default)]
+struct Sent {
+    status: AtomicU16,
+    body: AtomicU64,
 }
 
 enum Outcome {
@@ -580,6 +594,7 @@ async fn write_response<W: AsyncWrite + Unpin>(
     method: &str,
     mut res: http::Response<hyper::body::Incoming>,
     upgrade: bool,
+    sent: &Sent,
 ) -> Result<(u16, u64, Option<hyper::upgrade::OnUpgrade>), Outcome> {
     let status = res.status();
     if status == http::StatusCode::SWITCHING_PROTOCOLS {
@@ -669,16 +684,19 @@ async fn write_response<W: AsyncWrite + Unpin>(
     wr.write_all(&http1::encode_response_head(&head))
         .await
         .map_err(|e| Outcome::Cut(format!("edge write: {e}")))?;
+    sent.status.store(status.as_u16(), Ordering::Relaxed);
     let mut body = res.into_body();
     let mut total = 0u64;
     if !no_body {
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| Outcome::Cut(format!("origin body: {}", chain(&e))))?;
             if let Ok(data) = frame.into_data() {
-                total += data.len() as u64;
+                let n = data.len() as u64;
                 http1::write_piece(wr, out, data)
                     .await
                     .map_err(|e| Outcome::Cut(e.to_string()))?;
+                total += n;
+                sent.body.store(total, Ordering::Relaxed);
             }
         }
         if out == OutFraming::Chunked {
