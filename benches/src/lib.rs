@@ -15,6 +15,8 @@ pub mod floor;
 pub mod load;
 pub mod model;
 pub mod origin;
+pub mod pacing;
+pub mod pacing_plot;
 pub mod plots;
 pub mod replay;
 pub mod results;
