@@ -613,6 +613,13 @@ impl Elephant {
         let sender = std::thread::Builder::new()
             .name("elephant-tx".into())
             .spawn(move || {
+                // Bounded: if the client never connects, the thread ends instead of blocking.
+                if !matches!(
+                    netsys::wait_readable(listener.as_fd(), Duration::from_secs(15)),
+                    Ok(true)
+                ) {
+                    return;
+                }
                 let Ok((mut c, _)) = listener.accept() else {
                     return;
                 };
