@@ -19,6 +19,8 @@ pub mod http3;
 pub mod load;
 pub mod model;
 pub mod origin;
+pub mod pacing;
+pub mod pacing_plot;
 pub mod pagemodel;
 pub mod plots;
 pub mod replay;

@@ -444,6 +444,56 @@ pub fn set_window_clamp(fd: impl AsFd, bytes: u32) -> io::Result<()> {
     setsockopt_int(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, v)
 }
 
+/// Sets `SO_MAX_PACING_RATE` to `bytes_per_sec`: a cap on the socket's pacing rate. On
+/// Linux any value but `u64::MAX` also turns on TCP's internal pacing for the socket
+/// (`sk_pacing_status` becomes `SK_PACING_NEEDED`, Linux 4.13+), so a CUBIC or Reno
+/// connection then spaces its segments at `cwnd × mss / srtt` scaled by
+/// `net.ipv4.tcp_pacing_ss_ratio` (slow start) or `tcp_pacing_ca_ratio`, without the `fq`
+/// qdisc. `u64::MAX` removes the cap (and does not turn pacing off once it was on).
+pub fn set_max_pacing_rate(fd: impl AsFd, bytes_per_sec: u64) -> io::Result<()> {
+    // The kernel reads an unsigned long when given 8 bytes (a 4-byte value caps at 4 GB/s).
+    // SAFETY: the option value is a `u64` that lives across the call and its exact size is
+    // passed.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            &bytes_per_sec as *const u64 as *const c_void,
+            size_of::<u64>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+/// Reads `SO_MAX_PACING_RATE`, bytes per second (`u64::MAX`: no cap).
+pub fn max_pacing_rate(fd: impl AsFd) -> io::Result<u64> {
+    let mut v: u64 = 0;
+    let mut len = size_of::<u64>() as libc::socklen_t;
+    // SAFETY: the buffer is a `u64` and `len` its size; the kernel writes at most `len`
+    // bytes and reports how many.
+    check(unsafe {
+        libc::getsockopt(
+            fd.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            &mut v as *mut u64 as *mut c_void,
+            &mut len,
+        )
+    })?;
+    if (len as usize) == size_of::<u32>() {
+        // A 32-bit kernel answers with an unsigned int in the buffer's first 4 bytes.
+        let b = v.to_ne_bytes();
+        let w = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+        return Ok(if w == u32::MAX {
+            u64::MAX
+        } else {
+            u64::from(w)
+        });
+    }
+    Ok(v)
+}
+
 fn sigset(signals: &[libc::c_int]) -> io::Result<libc::sigset_t> {
     let mut set = MaybeUninit::<libc::sigset_t>::zeroed();
     // SAFETY: `sigemptyset` initialises the set it is given, which is ours.
@@ -504,6 +554,21 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn max_pacing_rate_round_trips() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        assert_eq!(max_pacing_rate(&c).unwrap(), u64::MAX, "no cap by default");
+        // Above 4 GB/s: needs the 8-byte form.
+        set_max_pacing_rate(&c, 5_000_000_000).unwrap();
+        assert_eq!(max_pacing_rate(&c).unwrap(), 5_000_000_000);
+        set_max_pacing_rate(&c, 1_250_000).unwrap();
+        assert_eq!(max_pacing_rate(&c).unwrap(), 1_250_000);
+        // Once capped, TCP_INFO reports a pacing rate no higher than the cap.
+        let info = tcp_info(&c).unwrap();
+        assert!(info.pacing_rate <= 1_250_000, "pacing {}", info.pacing_rate);
+    }
 
     #[test]
     fn queue_and_info_on_loopback() {
