@@ -11,11 +11,14 @@
 //! client reached it over HTTP/3.
 //!
 //! Flow-control windows are Chrome's (6 MiB per stream, 15 MiB per connection) on the client;
-//! the server allows [`MAX_CONCURRENT_STREAMS`] request streams per connection. Congestion
-//! control is quinn's default (CUBIC) on both sides; the kernel's setting of the bed's profile
-//! applies to TCP only.
+//! the server allows [`MAX_CONCURRENT_STREAMS`] request streams per connection. The origin's
+//! congestion control is quinn's counterpart of its namespace's TCP controller
+//! (`net.ipv4.tcp_congestion_control`, the bed profile's, bbr by default: quinn's BBR; cubic:
+//! CUBIC; reno: NewReno), so that direct HTTP/3 and direct TCP reply with the same kind of
+//! controller (a loss-based one at 1.5 % random loss is a different experiment, not a different
+//! protocol); the client's is quinn's default (it sends requests only).
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use bytes::{Buf, Bytes};
 use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
@@ -85,7 +88,11 @@ fn transport(client: bool) -> quinn::TransportConfig {
 }
 
 /// The origin's QUIC configuration: `cert_pem` (chain) and `key_pem`, TLS 1.3, ALPN `h3`.
-pub fn server_config(cert_pem: &Path, key_pem: &Path) -> Result<quinn::ServerConfig> {
+pub fn server_config(
+    cert_pem: &Path,
+    key_pem: &Path,
+    congestion: Option<&str>,
+) -> Result<quinn::ServerConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_file_iter(cert_pem)
@@ -104,7 +111,18 @@ pub fn server_config(cert_pem: &Path, key_pem: &Path) -> Result<quinn::ServerCon
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| anyhow!("QUIC server TLS: {e}"))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    cfg.transport_config(Arc::new(transport(false)));
+    let mut t = transport(false);
+    match congestion {
+        Some("bbr") => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+        }
+        Some("reno") => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::NewRenoConfig::default()));
+        }
+        Some("cubic") | None => {}
+        Some(other) => bail!("no QUIC counterpart of the TCP congestion control {other:?}"),
+    }
+    cfg.transport_config(Arc::new(t));
     Ok(cfg)
 }
 

@@ -1262,7 +1262,8 @@ mod h3_tests {
         let dir = std::env::temp_dir().join(format!("longhaul-h3-{tag}-{}", std::process::id()));
         let site = Site::prepare(&dir, std::slice::from_ref(w), OriginAlpn::H2).unwrap();
         let cfg =
-            crate::http3::server_config(&dir.join("origin.pem"), &dir.join("origin.key")).unwrap();
+            crate::http3::server_config(&dir.join("origin.pem"), &dir.join("origin.key"), None)
+                .unwrap();
         let addrs =
             crate::http3::spawn_server(dir.join("www"), cfg, &["127.0.0.1:0".parse().unwrap()])
                 .await

@@ -797,7 +797,11 @@ fn load_once(a: LoadOnce) -> Result<()> {
 }
 
 fn h3_origin(a: H3Origin) -> Result<()> {
-    let cfg = longhaul_benches::http3::server_config(&a.cert, &a.key)?;
+    // The controller of this namespace's TCP (the bed profile's), matched on QUIC.
+    let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .context("reading net.ipv4.tcp_congestion_control")?;
+    eprintln!("h3-origin: congestion control {} (as TCP here)", cc.trim());
+    let cfg = longhaul_benches::http3::server_config(&a.cert, &a.key, Some(cc.trim()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
