@@ -4,7 +4,8 @@
 //! The origin serves the same document root, certificate and key as nginx
 //! ([`crate::origin::Site`]) on UDP 443 of every host address, with the same response headers
 //! that matter to the clients (`Content-Type` by extension as nginx's `types`,
-//! `Content-Length`, `Timing-Allow-Origin: *`). It serves `GET` of files only: no ranges, no
+//! `Content-Length`, `Timing-Allow-Origin: *`, and `Access-Control-Allow-Origin: *` to a request
+//! with an `Origin`). It serves `GET` of files only: no ranges, no
 //! compression, no caching headers (nginx's `etag off` is matched; nginx's `Last-Modified` is
 //! not sent), no Alt-Svc (clients are told to use QUIC). Each response is logged on stderr as
 //! one access-log line (peer, host and path, status, bytes, user agent), which shows which
@@ -241,12 +242,16 @@ where
         return Ok(stream.finish().await?);
     };
     let len = file.metadata().await?.len();
-    let resp = http::Response::builder()
+    let mut resp = http::Response::builder()
         .header(http::header::CONTENT_TYPE, content_type(path))
         .header(http::header::CONTENT_LENGTH, len)
-        .header("timing-allow-origin", "*")
-        .body(())
-        .expect("a valid response");
+        .header("timing-allow-origin", "*");
+    // A CORS request (fonts, style sheets linked `crossorigin` from another host) is allowed, as
+    // nginx answers it (crate::origin): a browser drops such a response without the header.
+    if req.headers().contains_key(http::header::ORIGIN) {
+        resp = resp.header(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, "*");
+    }
+    let resp = resp.body(()).expect("a valid response");
     stream.send_response(resp).await?;
     log(200, len);
     let mut left = len;
