@@ -1287,6 +1287,35 @@ struct Relayed {
     switched: Option<Bytes>,
 }
 
+/// Reads one reply head from a pool stream, within the forwarding limits, for the HTTP/1.1
+/// and HTTP/2 relays alike. Every failure is one that still allows an error response: the
+/// far side's reason when the stream failed, 502 `bad-reply` otherwise.
+pub(crate) async fn read_far_head<T: Transport, R: AsyncRead + Unpin>(
+    ctx: &Ctx<T>,
+    srd: &mut R,
+    sbuf: &mut BytesMut,
+) -> Result<http1::ResponseHead, (EdgeError, Option<FarFailure>)> {
+    match http1::read_response_head_limited(
+        srd,
+        sbuf,
+        http1::forwarded_head_limit(ctx.settings.max_header_bytes),
+        http1::FORWARD_MAX_HEADERS,
+    )
+    .await
+    {
+        Ok(h) => Ok(h),
+        Err(HeadError::Io(e)) => Err(match ctx.transport.failure(&e) {
+            Some(f) => (EdgeError::from_far(&f), Some(f)),
+            None => (EdgeError::BadReply(e.to_string()), None),
+        }),
+        Err(HeadError::Truncated) => Err((
+            EdgeError::BadReply("the remote proxy ended the stream without a reply".into()),
+            None,
+        )),
+        Err(e) => Err((EdgeError::BadReply(e.to_string()), None)),
+    }
+}
+
 /// Relays one reply from `srd` to the client. `started` becomes true before the first reply
 /// byte is written to the client.
 async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
@@ -1296,32 +1325,11 @@ async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     job: &ReplyInfo,
     started: &std::sync::atomic::AtomicBool,
 ) -> Result<Relayed, RelayError> {
-    let far_err = |e: &std::io::Error| -> RelayError {
-        match ctx.transport.failure(e) {
-            Some(f) => RelayError::Before(EdgeError::from_far(&f), Some(f)),
-            None => RelayError::Before(EdgeError::BadReply(e.to_string()), None),
-        }
-    };
     let mut sbuf = BytesMut::with_capacity(16 * 1024);
     let head = loop {
-        let head = match http1::read_response_head_limited(
-            srd,
-            &mut sbuf,
-            http1::forwarded_head_limit(ctx.settings.max_header_bytes),
-            http1::FORWARD_MAX_HEADERS,
-        )
-        .await
-        {
-            Ok(h) => h,
-            Err(HeadError::Io(e)) => return Err(far_err(&e)),
-            Err(HeadError::Truncated) => {
-                return Err(RelayError::Before(
-                    EdgeError::BadReply("the remote proxy ended the stream without a reply".into()),
-                    None,
-                ))
-            }
-            Err(e) => return Err(RelayError::Before(EdgeError::BadReply(e.to_string()), None)),
-        };
+        let head = read_far_head(ctx, srd, &mut sbuf)
+            .await
+            .map_err(|(e, f)| RelayError::Before(e, f))?;
         match head.status {
             // `100 Continue` was answered locally.
             100 => continue,

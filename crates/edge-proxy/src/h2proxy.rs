@@ -55,7 +55,7 @@ use crate::conn::Abort;
 use crate::errors::EdgeError;
 use crate::transport::{StreamKind, Transport};
 use crate::tunnel;
-use http1::{BodyKind, CopyError, HeadError, Header, OutFraming, RequestHead, ResponseHead};
+use http1::{BodyKind, CopyError, Header, OutFraming, RequestHead, ResponseHead};
 
 /// HTTP/2 limits of the endpoint's connections (`[https_proxy]`).
 #[derive(Debug, Clone, Copy)]
@@ -394,29 +394,9 @@ async fn reply_head<T: Transport, R: AsyncRead + Unpin>(
     sbuf: &mut BytesMut,
 ) -> Result<ResponseHead, RelayError> {
     loop {
-        let head = match http1::read_response_head_limited(
-            srd,
-            sbuf,
-            http1::forwarded_head_limit(ctx.settings.max_header_bytes),
-            http1::FORWARD_MAX_HEADERS,
-        )
-        .await
-        {
-            Ok(h) => h,
-            Err(HeadError::Io(e)) => {
-                return Err(match ctx.transport.failure(&e) {
-                    Some(f) => RelayError::Before(EdgeError::from_far(&f), Some(f)),
-                    None => RelayError::Before(EdgeError::BadReply(e.to_string()), None),
-                })
-            }
-            Err(HeadError::Truncated) => {
-                return Err(RelayError::Before(
-                    EdgeError::BadReply("the remote proxy ended the stream without a reply".into()),
-                    None,
-                ))
-            }
-            Err(e) => return Err(RelayError::Before(EdgeError::BadReply(e.to_string()), None)),
-        };
+        let head = client::read_far_head(ctx, srd, sbuf)
+            .await
+            .map_err(|(e, f)| RelayError::Before(e, f))?;
         match head.status {
             101 => {
                 return Err(RelayError::Before(
