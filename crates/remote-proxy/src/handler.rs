@@ -424,6 +424,19 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
         }
     };
     let up = uploaded.load(Ordering::Relaxed);
+    // What went out before a cut: the head's status and the body bytes written.
+    let cut_record = |why: String| {
+        Access {
+            status: sent.status.load(Ordering::Relaxed),
+            bytes_down: sent.body.load(Ordering::Relaxed),
+            ttfb: head_at.get().map(|t| t.saturating_duration_since(started)),
+            bytes_up: up,
+            outcome: "reply-cut",
+            detail: why.into(),
+            ..Access::new(Peer::Stream(id), &head.method, target, started)
+        }
+        .log()
+    };
     match result {
         Ok((_, _, Some(on_upgrade))) => {
             let stream = rd.unsplit(wr);
@@ -447,17 +460,14 @@ async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
         Err(Outcome::Cut(why)) => {
             let mut stream = rd.unsplit(wr);
             stream.reset(ResetReason::Cancel);
-            // What went out before the cut: the head's status and the body bytes written.
-            Access {
-                status: sent.status.load(Ordering::Relaxed),
-                bytes_down: sent.body.load(Ordering::Relaxed),
-                ttfb: head_at.get().map(|t| t.saturating_duration_since(started)),
-                bytes_up: up,
-                outcome: "reply-cut",
-                detail: why.into(),
-                ..Access::new(Peer::Stream(id), &head.method, target, started)
+            cut_record(why);
+        }
+        Err(Outcome::OriginCut(why)) => {
+            let mut stream = rd.unsplit(wr);
+            if stream.shutdown().await.is_err() {
+                stream.reset(ResetReason::Cancel);
             }
-            .log();
+            cut_record(why);
         }
     }
 }
@@ -474,8 +484,14 @@ struct Sent {
 enum Outcome {
     /// Nothing of the response was written: a synthetic response can be sent.
     Before(RemoteError),
-    /// The response was under way: the stream must be reset.
+    /// The response was under way and the edge's stream failed: the stream must be reset.
     Cut(String),
+    /// The response was under way and the origin's body ended before its framing did. The
+    /// stream is healthy: what was written goes out and the stream is finished. The reply's
+    /// framing on the stream (a Content-Length, or chunks without the last) tells the edge it
+    /// is incomplete; a reset instead would let the edge discard bytes it had not read yet,
+    /// the head among them (resets discard unread data in the mux and in QUIC alike).
+    OriginCut(String),
 }
 
 /// The origin request for `head`, its body framing, and whether it asks to switch protocols
@@ -689,7 +705,8 @@ async fn write_response<W: AsyncWrite + Unpin>(
     let mut total = 0u64;
     if !no_body {
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| Outcome::Cut(format!("origin body: {}", chain(&e))))?;
+            let frame =
+                frame.map_err(|e| Outcome::OriginCut(format!("origin body: {}", chain(&e))))?;
             if let Ok(data) = frame.into_data() {
                 let n = data.len() as u64;
                 http1::write_piece(wr, out, data)
