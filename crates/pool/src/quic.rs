@@ -78,6 +78,7 @@ use crate::backoff::Backoff;
 use crate::config::{PoolConfig, ServerConfig};
 use crate::gate::{HandshakeGate, Permit};
 use crate::queue::{Attempt, OpenQueue};
+use crate::rate::{SendClass, Traffic};
 use crate::stats::{ConnStats, LaneState};
 use crate::tls::{TlsClient, TlsServer, ALPN};
 use crate::{Incoming, MuxStream, PoolError, StreamError};
@@ -244,6 +245,23 @@ impl QuicOptions {
         Ok(())
     }
 
+    /// The pool's transports: one configuration per connection, so that each `rate`
+    /// controller learns its connection's traffic.
+    fn transports(&self) -> Result<Transports, String> {
+        let base = self.transport()?;
+        let rate = (self.congestion == Congestion::Rate).then(|| {
+            Arc::new(crate::rate::RateConfig::new(
+                self.link_rate_bps,
+                self.initial_rtt,
+            ))
+        });
+        Ok(Transports {
+            base: Arc::new(base),
+            opts: self.clone(),
+            rate,
+        })
+    }
+
     fn transport(&self) -> Result<TransportConfig, String> {
         self.validate()?;
         let mut t = TransportConfig::default();
@@ -292,6 +310,32 @@ impl QuicOptions {
             }
         }
         Ok(t)
+    }
+}
+
+/// The transport configuration of a pool's connections. With the `rate` controller each
+/// connection gets its own, whose controller shares the pool's counts and reads the
+/// connection's [`Traffic`]; otherwise all share one.
+#[derive(Clone)]
+struct Transports {
+    base: Arc<TransportConfig>,
+    opts: QuicOptions,
+    rate: Option<Arc<crate::rate::RateConfig>>,
+}
+
+impl Transports {
+    /// The configuration of a new connection and the traffic its streams report to.
+    fn for_connection(&self) -> (Arc<TransportConfig>, Arc<Traffic>) {
+        let traffic = Arc::new(Traffic::default());
+        let Some(rate) = &self.rate else {
+            return (self.base.clone(), traffic);
+        };
+        // Validated when the pool started: building it again cannot fail.
+        let Ok(mut t) = self.opts.transport() else {
+            return (self.base.clone(), traffic);
+        };
+        t.congestion_controller_factory(Arc::new(rate.for_connection(traffic.clone())));
+        (Arc::new(t), traffic)
     }
 }
 
@@ -344,12 +388,15 @@ pub(crate) struct QConn {
     /// Why this side closed the connection (`carrier = "auto"` abandoning QUIC), for the
     /// errors of its streams.
     closed_why: std::sync::OnceLock<String>,
+    /// What its streams report to its congestion controller (interactive or bulk).
+    traffic: Arc<Traffic>,
 }
 
 impl QConn {
-    fn new(conn: Connection, queue: Option<Arc<OpenQueue>>) -> Arc<QConn> {
+    fn new(conn: Connection, queue: Option<Arc<OpenQueue>>, traffic: Arc<Traffic>) -> Arc<QConn> {
         Arc::new(QConn {
             conn,
+            traffic,
             written: AtomicU64::new(0),
             overhead: AtomicU64::new(0),
             streams: AtomicU32::new(0),
@@ -465,6 +512,10 @@ fn check_alpn(conn: &Connection, peer: SocketAddr) -> io::Result<()> {
 
 // ---------------------------------------------------------------- streams
 
+/// quinn priority of a stream that has carried [`crate::rate::BULK_BYTES`] (others keep 0;
+/// quinn sends higher priorities first and round-robins within one).
+const BULK_PRIORITY: i32 = -1;
+
 /// One mux stream carried by one bidirectional QUIC stream.
 pub(crate) struct QuicStream {
     id: u64,
@@ -477,6 +528,11 @@ pub(crate) struct QuicStream {
     send_done: bool,
     /// The peer's direction ended (EOF or reset).
     recv_done: bool,
+    /// Bytes of our direction handed to quinn.
+    written: u64,
+    /// Our direction's class for the connection's controller: interactive until it has
+    /// carried [`crate::rate::BULK_BYTES`], when quinn's priority of the stream drops too.
+    class: SendClass,
 }
 
 impl QuicStream {
@@ -492,6 +548,7 @@ impl QuicStream {
         recv: quinn::RecvStream,
         conn: Arc<QConn>,
     ) -> Self {
+        let class = SendClass::open(conn.traffic.clone());
         QuicStream {
             id,
             send,
@@ -500,6 +557,8 @@ impl QuicStream {
             received: 0,
             send_done: false,
             recv_done: false,
+            written: 0,
+            class,
         }
     }
 
@@ -536,6 +595,7 @@ impl QuicStream {
         if !self.send_done {
             let _ = self.send.reset(code(c));
             self.send_done = true;
+            self.class.end();
         }
         if !self.recv_done {
             let _ = self.recv.stop(code(c));
@@ -650,6 +710,12 @@ impl AsyncWrite for QuicStream {
         match Pin::new(&mut this.send).poll_write(cx, buf) {
             Poll::Ready(Ok(n)) => {
                 this.conn.written.fetch_add(n as u64, Ordering::Relaxed);
+                this.written += n as u64;
+                if this.class.wrote(this.written) {
+                    // Least attained service within the connection: a stream that has
+                    // carried this much goes after the ones that have not.
+                    let _ = this.send.set_priority(BULK_PRIORITY);
+                }
                 Poll::Ready(Ok(n))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(this.map_write(e))),
@@ -668,6 +734,7 @@ impl AsyncWrite for QuicStream {
             return Poll::Ready(Ok(()));
         }
         this.send_done = true;
+        this.class.end();
         match this.send.finish() {
             Ok(()) => Poll::Ready(Ok(())),
             Err(_) => Poll::Ready(Err(io::Error::new(
@@ -819,7 +886,7 @@ impl QuicPool {
         opts: QuicOptions,
     ) -> Result<QuicPool, PoolError> {
         cfg.validate().map_err(PoolError::Config)?;
-        let transport = Arc::new(opts.transport().map_err(PoolError::Config)?);
+        let transport = opts.transports().map_err(PoolError::Config)?;
         let session: u64 = rand::random();
         let inner = Arc::new(PoolInner {
             session,
@@ -1064,14 +1131,14 @@ impl QuicPool {
 struct Dial {
     remote: String,
     tls: Arc<TlsClient>,
-    transport: Arc<TransportConfig>,
+    transport: Transports,
     timeout: Duration,
     session: u64,
 }
 
 impl Dial {
     /// Resolves, handshakes, checks ALPN and sends the QUIC HELLO (§8.1).
-    async fn dial(&self) -> io::Result<Connection> {
+    async fn dial(&self) -> io::Result<(Connection, Arc<Traffic>)> {
         let addr = tokio::net::lookup_host(&self.remote)
             .await?
             .next()
@@ -1088,7 +1155,8 @@ impl Dial {
         let crypto = QuicClientConfig::try_from(rustls)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let mut cc = quinn::ClientConfig::new(Arc::new(crypto));
-        cc.transport_config(self.transport.clone());
+        let (transport, traffic) = self.transport.for_connection();
+        cc.transport_config(transport);
         let name = name.to_str().into_owned();
         let connecting = endpoint
             .connect_with(cc, addr, &name)
@@ -1131,7 +1199,7 @@ impl Dial {
                 format!("remote answered HELLO with version {ack}"),
             ));
         }
-        Ok(conn)
+        Ok((conn, traffic))
     }
 }
 
@@ -1150,8 +1218,8 @@ async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: B
         set(LaneState::Connecting, None, !first);
         first = false;
         match dial.dial().await {
-            Ok(conn) => {
-                let q = QConn::new(conn.clone(), Some(inner.queue.clone()));
+            Ok((conn, traffic)) => {
+                let q = QConn::new(conn.clone(), Some(inner.queue.clone()), traffic);
                 tracing::info!(slot, conn = q.id(), remote = %dial.remote, "QUIC pool connection up");
                 set(LaneState::Up, Some(q), false);
                 inner.up.notify_waiters();
@@ -1203,7 +1271,7 @@ struct ServerInner {
     local_addr: SocketAddr,
     cfg: ServerConfig,
     tls: Arc<TlsServer>,
-    transport: Arc<TransportConfig>,
+    transport: Transports,
     /// Live connections by quinn id, with the edge session id of their HELLO.
     conns: Mutex<HashMap<u64, (u64, Arc<QConn>)>>,
     /// Connections still in their handshake.
@@ -1224,10 +1292,28 @@ impl ServerInner {
     }
 
     fn server_config(&self, rustls: Arc<rustls::ServerConfig>) -> io::Result<quinn::ServerConfig> {
+        self.server_config_with(rustls, self.transport.base.clone())
+    }
+
+    /// The configuration of one accepted connection, with its own transport (see
+    /// [`Transports`]) and the traffic its streams report to.
+    fn connection_config(&self) -> io::Result<(quinn::ServerConfig, Arc<Traffic>)> {
+        let (transport, traffic) = self.transport.for_connection();
+        Ok((
+            self.server_config_with(self.tls.current(), transport)?,
+            traffic,
+        ))
+    }
+
+    fn server_config_with(
+        &self,
+        rustls: Arc<rustls::ServerConfig>,
+        transport: Arc<TransportConfig>,
+    ) -> io::Result<quinn::ServerConfig> {
         let crypto = QuicServerConfig::try_from(rustls)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        sc.transport_config(self.transport.clone());
+        sc.transport_config(transport);
         sc.migration(false);
         Ok(sc)
     }
@@ -1262,11 +1348,11 @@ impl QuicServer {
         let bad = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
         cfg.mux.validate().map_err(|e| bad(e.to_string()))?;
         cfg.validate_limits().map_err(bad)?;
-        let transport = Arc::new(opts.transport().map_err(bad)?);
+        let transport = opts.transports().map_err(bad)?;
         let rustls = tls.current();
         let crypto = QuicServerConfig::try_from(rustls.clone()).map_err(|e| bad(e.to_string()))?;
         let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        sc.transport_config(transport.clone());
+        sc.transport_config(transport.base.clone());
         sc.migration(false);
         let endpoint = match tls.endpoint_secret() {
             Some(secret) => {
@@ -1435,7 +1521,11 @@ async fn serve_conn(
 ) -> io::Result<()> {
     let peer = incoming.remote_address();
     let hs = inner.cfg.mux.handshake_timeout;
-    let conn = tokio::time::timeout(hs, incoming)
+    let (config, traffic) = inner.connection_config()?;
+    let connecting = incoming
+        .accept_with(Arc::new(config))
+        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
+    let conn = tokio::time::timeout(hs, connecting)
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "QUIC handshake timed out"))?
         .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()))?;
@@ -1475,7 +1565,7 @@ async fn serve_conn(
         .await
         .map_err(io::Error::other)?;
     let _ = reply.finish();
-    let q = QConn::new(conn.clone(), None);
+    let q = QConn::new(conn.clone(), None, traffic);
     let id = q.id();
     {
         // Counted and inserted under one lock, so the limit holds exactly.

@@ -5,9 +5,21 @@
 //! the share is `link.rate_mbit` divided among the busy connections of one pool (with at
 //! least a quarter of their window in flight; [`RateConfig`] counts them: one that is idle or
 //! only acknowledges and updates flow-control credit leaves its share to the others), so the
-//! pool as a whole sends at most the provisioned rate. quinn sends at most one window per
-//! round trip and paces it at 1.25 × window ÷ smoothed RTT (`quinn-proto` `connection/pacing.rs`), so on an unqueued path a connection
-//! carries its share plus at most the allowance's worth (allowance ÷ base RTT) more, which
+//! pool as a whole sends at most the provisioned rate. A connection not yet counted sizes its
+//! window as if it were (one more sharer), so a newcomer does not start at a share the others
+//! still hold. **Interactive before bulk**: a connection whose open send directions have all
+//! carried at least [`BULK_BYTES`] (what its streams report through [`Traffic`]; a single
+//! large reply, for instance) is *bulk*; any other is *interactive*. While an interactive
+//! connection of the pool has data in flight (more than [`YIELD_DATAGRAMS`] datagrams, seen
+//! as it sends, not a round trip later), the bulk connections share [`BULK_YIELD`] of the
+//! rate and the interactive ones the rest, so a page's replies do not queue behind a
+//! download at the bottleneck; the moment none has, the bulk ones take the whole rate back.
+//! This is least-attained-service scheduling at connection granularity; within a connection
+//! the streams are ordered the same way by quinn's stream priorities (`crate::quic`).
+//!
+//! quinn sends at most one window per round trip and paces it at 1.25 × window ÷ smoothed
+//! RTT (`quinn-proto` `connection/pacing.rs`), so on an unqueued path a connection carries
+//! its share plus at most the allowance's worth (allowance ÷ base RTT) more, which
 //! the bottleneck holds as a standing queue of at most the allowance. The controller starts
 //! at its full share (as satellite PEPs, e.g. RFC 3135's split-connection accelerators, pace
 //! at the provisioned rate from the first packet instead of slow-starting) and then:
@@ -31,7 +43,10 @@
 //!   about three probe timeouts was lost) collapses the window to two datagrams, as NewReno
 //!   does (RFC 9002 §7.6.2); the gain then doubles per round trip without queueing delay.
 //!
-//! What it does NOT do: measure the bottleneck (the operator states it: this is for
+//! What it does NOT do: give a yielding download what the interactive connections leave
+//! unused (while a page's replies are in flight the bulk class keeps [`BULK_YIELD`] of the
+//! rate even if the page needs less: latency before work conservation, for the seconds a
+//! page takes), order the TCP carrier's connections (the kernel paces those), measure the bottleneck (the operator states it: this is for
 //! provisioned, dedicated capacity; on a path shared with loss-based flows it yields to them,
 //! as LEDBAT does), share a rate across pools or processes (each pool, i.e. each remote on the
 //! edge and the remote's listener, counts its own connections), pace by itself (quinn's pacer
@@ -63,6 +78,18 @@ pub const PROBE: f64 = 1.25;
 /// Fraction of its window a connection must have in flight to take part in the share.
 pub const BUSY_FRACTION: f64 = 0.25;
 
+/// Bytes a send direction carries before it counts as bulk (least attained service: a page's
+/// objects are nearly all smaller, a download passes it within a fraction of a second).
+pub const BULK_BYTES: u64 = 1 << 20;
+/// Fraction of the rate the bulk connections of a pool share while an interactive one sends.
+pub const BULK_YIELD: f64 = 1.0 / 8.0;
+/// Datagrams in flight from which an interactive connection makes the bulk ones yield.
+pub const YIELD_DATAGRAMS: u64 = 4;
+/// Datagrams smaller than this are taken for acknowledgements and credit updates, not data,
+/// when the controller estimates its bytes in flight between acknowledgements (quinn reports
+/// every datagram it sends, ACK-only ones included).
+const DATA_DATAGRAM: u64 = 256;
+
 /// Queueing delay above which a round counts as congested: max(25 ms, base ÷ 4).
 pub fn threshold(base: Duration) -> Duration {
     (base / 4).max(Duration::from_millis(25))
@@ -77,11 +104,94 @@ pub fn allowance(base: Duration) -> Duration {
 
 /// Factory of [`Rate`] controllers for one pool: the provisioned rate and the count of its
 /// busy connections, among which the rate is shared.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct RateConfig {
     rate_bps: u64,
     initial_rtt: Duration,
-    active: Arc<AtomicU32>,
+    shares: Arc<Shares>,
+    /// The connection's traffic, for a per-connection factory ([`RateConfig::for_connection`]);
+    /// without it every connection counts as interactive.
+    traffic: Option<Arc<Traffic>>,
+}
+
+/// A pool's counts of its busy connections, shared by their controllers.
+#[derive(Debug, Default)]
+struct Shares {
+    /// Busy interactive connections.
+    interactive: AtomicU32,
+    /// Busy bulk connections.
+    bulk: AtomicU32,
+    /// Interactive connections with more than [`YIELD_DATAGRAMS`] in flight.
+    sending: AtomicU32,
+}
+
+impl Shares {
+    fn counter(&self, bulk: bool) -> &AtomicU32 {
+        if bulk {
+            &self.bulk
+        } else {
+            &self.interactive
+        }
+    }
+}
+
+/// What one connection's streams tell its controller: how many of its send directions are
+/// still interactive (open, with fewer than [`BULK_BYTES`] written). A connection with none
+/// that still sends is bulk.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    interactive: AtomicU32,
+}
+
+impl Traffic {
+    /// Whether the connection has no interactive send direction open.
+    pub fn bulk(&self) -> bool {
+        self.interactive.load(Ordering::Relaxed) == 0
+    }
+
+    /// Interactive send directions open now.
+    pub fn interactive(&self) -> u32 {
+        self.interactive.load(Ordering::Relaxed)
+    }
+}
+
+/// One send direction's place in its connection's [`Traffic`]: interactive from its opening
+/// until it has carried [`BULK_BYTES`] or ends (the count is returned when dropped).
+#[derive(Debug)]
+pub struct SendClass {
+    traffic: Option<Arc<Traffic>>,
+}
+
+impl SendClass {
+    /// A new send direction on the connection of `traffic`: interactive.
+    pub fn open(traffic: Arc<Traffic>) -> SendClass {
+        traffic.interactive.fetch_add(1, Ordering::Relaxed);
+        SendClass {
+            traffic: Some(traffic),
+        }
+    }
+
+    /// The direction has carried `total` bytes; true the first time that makes it bulk.
+    pub fn wrote(&mut self, total: u64) -> bool {
+        if total >= BULK_BYTES && self.traffic.is_some() {
+            self.end();
+            return true;
+        }
+        false
+    }
+
+    /// The direction ended (finished or reset): it no longer counts.
+    pub fn end(&mut self) {
+        if let Some(t) = self.traffic.take() {
+            t.interactive.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for SendClass {
+    fn drop(&mut self) {
+        self.end();
+    }
 }
 
 impl RateConfig {
@@ -91,7 +201,16 @@ impl RateConfig {
         RateConfig {
             rate_bps: rate_bps.max(1),
             initial_rtt,
-            active: Arc::new(AtomicU32::new(0)),
+            shares: Arc::new(Shares::default()),
+            traffic: None,
+        }
+    }
+
+    /// The factory for one connection of this pool, whose streams report to `traffic`.
+    pub fn for_connection(&self, traffic: Arc<Traffic>) -> RateConfig {
+        RateConfig {
+            traffic: Some(traffic),
+            ..self.clone()
         }
     }
 
@@ -100,8 +219,12 @@ impl RateConfig {
         Rate {
             rate_bps: self.rate_bps,
             initial_rtt: self.initial_rtt,
-            active: self.active.clone(),
-            counted: false,
+            shares: self.shares.clone(),
+            traffic: self.traffic.clone(),
+            counted: None,
+            sending: false,
+            acked_in_flight: 0,
+            sent_since_acks: 0,
             mtu: u64::from(mtu).max(BASE_DATAGRAM),
             gain: 1.0,
             restarting: false,
@@ -151,9 +274,16 @@ impl BaseRtt {
 pub struct Rate {
     rate_bps: u64,
     initial_rtt: Duration,
-    active: Arc<AtomicU32>,
-    /// Whether this controller is counted in `active`.
-    counted: bool,
+    shares: Arc<Shares>,
+    traffic: Option<Arc<Traffic>>,
+    /// Whether this controller is counted busy, and as bulk (true) or interactive.
+    counted: Option<bool>,
+    /// Whether this controller is counted in `shares.sending`.
+    sending: bool,
+    /// Bytes in flight at the last batch of acknowledgements.
+    acked_in_flight: u64,
+    /// Bytes of data datagrams sent since then.
+    sent_since_acks: u64,
     mtu: u64,
     /// Fraction of the share in use, 0 (collapsed) or [`MIN_GAIN`]..=1.
     gain: f64,
@@ -169,10 +299,31 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// This connection's share of the provisioned rate, in bits per second.
+    /// Whether the connection's traffic is bulk now (module doc).
+    pub fn is_bulk(&self) -> bool {
+        self.traffic.as_ref().is_some_and(|t| t.bulk())
+    }
+
+    /// This connection's share of the provisioned rate, in bits per second: the rate divided
+    /// among the busy connections of its class (itself counted), the bulk class reduced to
+    /// [`BULK_YIELD`] of it while an interactive connection sends and the interactive class
+    /// to the rest while a bulk one is busy.
     pub fn share_bps(&self) -> u64 {
-        let n = self.active.load(Ordering::Relaxed).max(1);
-        self.rate_bps / u64::from(n)
+        let bulk = self.is_bulk();
+        let mine = u32::from(self.counted != Some(bulk));
+        let n = self.shares.counter(bulk).load(Ordering::Relaxed) + mine;
+        let fraction = if bulk {
+            if self.shares.sending.load(Ordering::Relaxed) > 0 {
+                BULK_YIELD
+            } else {
+                1.0
+            }
+        } else if self.shares.bulk.load(Ordering::Relaxed) > 0 {
+            1.0 - BULK_YIELD
+        } else {
+            1.0
+        };
+        (self.rate_bps as f64 * fraction / f64::from(n.max(1))) as u64
     }
 
     /// The base (minimum) RTT, or the configured initial RTT before any sample.
@@ -278,18 +429,47 @@ impl Rate {
     /// others. (quinn's `app_limited` flag is not used: it often stays false on a connection
     /// that only receives.)
     pub fn end_acks(&mut self, in_flight: u64) {
+        self.acked_in_flight = in_flight;
+        self.sent_since_acks = 0;
+        let bulk = self.is_bulk();
         if (in_flight as f64) < self.window() as f64 * BUSY_FRACTION {
             self.uncount();
-        } else if !self.counted {
-            self.counted = true;
-            self.active.fetch_add(1, Ordering::Relaxed);
+        } else if self.counted != Some(bulk) {
+            self.uncount();
+            self.counted = Some(bulk);
+            self.shares.counter(bulk).fetch_add(1, Ordering::Relaxed);
+        }
+        self.update_sending(bulk);
+    }
+
+    /// A datagram of `bytes` went out.
+    pub fn sent(&mut self, bytes: u64) {
+        if bytes >= DATA_DATAGRAM {
+            self.sent_since_acks += bytes;
+            if !self.sending {
+                self.update_sending(self.is_bulk());
+            }
+        }
+    }
+
+    /// Counts this connection in `shares.sending` while it is interactive with more than
+    /// [`YIELD_DATAGRAMS`] in flight (estimated between acknowledgements).
+    fn update_sending(&mut self, bulk: bool) {
+        let in_flight = self.acked_in_flight + self.sent_since_acks;
+        let want = !bulk && in_flight > YIELD_DATAGRAMS * self.mtu;
+        if want != self.sending {
+            self.sending = want;
+            if want {
+                self.shares.sending.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.shares.sending.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
     fn uncount(&mut self) {
-        if self.counted {
-            self.counted = false;
-            self.active.fetch_sub(1, Ordering::Relaxed);
+        if let Some(bulk) = self.counted.take() {
+            self.shares.counter(bulk).fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -297,6 +477,9 @@ impl Rate {
 impl Drop for Rate {
     fn drop(&mut self) {
         self.uncount();
+        if self.sending {
+            self.shares.sending.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -304,8 +487,10 @@ impl Clone for Rate {
     /// The clone (quinn's new path) starts uncounted: it joins the share when busy.
     fn clone(&self) -> Rate {
         Rate {
-            active: self.active.clone(),
-            counted: false,
+            shares: self.shares.clone(),
+            traffic: self.traffic.clone(),
+            counted: None,
+            sending: false,
             base: self.base.clone(),
             ..*self
         }
@@ -313,6 +498,10 @@ impl Clone for Rate {
 }
 
 impl Controller for Rate {
+    fn on_sent(&mut self, _now: Instant, bytes: u64, _last_packet_number: u64) {
+        self.sent(bytes);
+    }
+
     fn on_ack(
         &mut self,
         now: Instant,
@@ -569,6 +758,107 @@ mod tests {
         drop(b);
         drop(c);
         assert_eq!(a.share_bps(), RATE);
+    }
+
+    #[test]
+    fn a_newcomer_sizes_its_window_as_one_more_sharer() {
+        let now = Instant::now();
+        let cfg = RateConfig::new(RATE, BASE);
+        let mut a = cfg.controller(now, 1200);
+        let b = cfg.controller(now, 1200);
+        assert_eq!(b.share_bps(), RATE, "alone, a newcomer has the whole rate");
+        a.end_acks(cap(RATE, BASE));
+        assert_eq!(a.share_bps(), RATE);
+        assert_eq!(b.share_bps(), RATE / 2, "not the share a still holds");
+    }
+
+    #[test]
+    fn a_send_direction_turns_bulk_after_bulk_bytes() {
+        let t = Arc::new(Traffic::default());
+        assert!(t.bulk(), "no interactive direction open");
+        let mut a = SendClass::open(t.clone());
+        let b = SendClass::open(t.clone());
+        assert_eq!(t.interactive(), 2);
+        assert!(!a.wrote(BULK_BYTES - 1));
+        assert!(a.wrote(BULK_BYTES), "crossing reported once");
+        assert!(!a.wrote(BULK_BYTES + 1));
+        assert_eq!(t.interactive(), 1);
+        assert!(!t.bulk());
+        drop(b);
+        assert!(t.bulk());
+        a.end();
+        drop(a);
+        assert_eq!(t.interactive(), 0, "ended once only");
+    }
+
+    /// A pool with one bulk connection (a download) and one interactive one (a page).
+    fn bulk_and_interactive() -> (Rate, Rate, SendClass) {
+        let now = Instant::now();
+        let cfg = RateConfig::new(RATE, BASE);
+        let download = Arc::new(Traffic::default());
+        let page = Arc::new(Traffic::default());
+        let mut d = SendClass::open(download.clone());
+        assert!(d.wrote(BULK_BYTES));
+        let mut b = cfg.for_connection(download).controller(now, 1200);
+        let i = cfg.for_connection(page.clone()).controller(now, 1200);
+        let reply = SendClass::open(page);
+        b.end_acks(cap(RATE, BASE));
+        assert!(b.is_bulk() && !i.is_bulk());
+        (b, i, reply)
+    }
+
+    #[test]
+    fn bulk_yields_while_an_interactive_connection_sends() {
+        let (b, mut i, _reply) = bulk_and_interactive();
+        assert_eq!(
+            b.share_bps(),
+            RATE,
+            "alone, the download has the whole rate"
+        );
+        // The page's first datagrams: at most YIELD_DATAGRAMS in flight changes nothing.
+        for _ in 0..YIELD_DATAGRAMS {
+            i.sent(1200);
+        }
+        assert_eq!(b.share_bps(), RATE);
+        // One more, before any acknowledgement: the download yields at once.
+        i.sent(1200);
+        assert_eq!(b.share_bps(), (RATE as f64 * BULK_YIELD) as u64);
+        assert_eq!(b.window(), cap((RATE as f64 * BULK_YIELD) as u64, BASE));
+        // The page's share, before and after it is counted busy.
+        assert_eq!(i.share_bps(), (RATE as f64 * (1.0 - BULK_YIELD)) as u64);
+        i.end_acks(cap(RATE, BASE));
+        assert_eq!(i.share_bps(), (RATE as f64 * (1.0 - BULK_YIELD)) as u64);
+        // Everything the page sent is acknowledged: the download takes the rate back.
+        i.end_acks(0);
+        assert_eq!(b.share_bps(), RATE);
+        // Acknowledgements and credit updates (small datagrams) are not data in flight.
+        for _ in 0..1000 {
+            i.sent(60);
+        }
+        assert_eq!(b.share_bps(), RATE);
+    }
+
+    #[test]
+    fn a_connection_that_ends_its_interactive_streams_stops_holding_bulk_back() {
+        let (b, mut i, reply) = bulk_and_interactive();
+        for _ in 0..10 {
+            i.sent(1200);
+        }
+        assert!(b.share_bps() < RATE);
+        // Dropped while sending (connection closed): the yield ends with it.
+        drop(i);
+        assert_eq!(b.share_bps(), RATE);
+        drop(reply);
+        // Two downloads share equally and nothing makes them yield.
+        let (b, mut i, reply) = bulk_and_interactive();
+        drop(reply);
+        assert!(i.is_bulk());
+        for _ in 0..10 {
+            i.sent(1200);
+        }
+        i.end_acks(cap(RATE, BASE));
+        assert_eq!(b.share_bps(), RATE / 2);
+        assert_eq!(i.share_bps(), RATE / 2);
     }
 
     #[test]
