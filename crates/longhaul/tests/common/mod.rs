@@ -72,6 +72,55 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A port free now on 127.0.0.1 for TCP and, if `udp`, for UDP too.
+fn free_port_for(udp: bool) -> u16 {
+    loop {
+        let port = free_port();
+        if !udp || std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Starts `bin` with `args(port)` on a port free now (TCP, and UDP if `udp`) and waits until
+/// its log shows `ready`. The tests run in parallel and the kernel hands out client ports from
+/// the same range, so a port free when chosen can be taken before the process binds it: a
+/// process that exits with "Address already in use" is started again on another port.
+pub fn spawn_on_free_port(
+    bin: &Path,
+    log: PathBuf,
+    ready: &str,
+    udp: bool,
+    args: impl Fn(u16) -> Vec<String>,
+) -> (Proc, u16) {
+    for _ in 0..10 {
+        let port = free_port_for(udp);
+        let mut p = spawn(bin, &args(port), log.clone());
+        let start = Instant::now();
+        loop {
+            if p.log_text().contains(ready) {
+                return (p, port);
+            }
+            if p.child.try_wait().expect("try_wait").is_some() {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no {ready:?} in the log:\n{}",
+                p.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let text = p.log_text();
+        assert!(
+            text.contains("Address already in use"),
+            "{} exited before {ready:?}:\n{text}",
+            p.name
+        );
+    }
+    panic!("{}: no free port in 10 tries", bin.display());
+}
+
 /// Waits until `addr` accepts connections.
 pub fn wait_port(addr: SocketAddr, limit: Duration) {
     let start = Instant::now();
@@ -161,19 +210,6 @@ pub fn wait_log(p: &Proc, needle: &str) {
 pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
     let dir = tempfile::tempdir().unwrap();
     let quic = test_carrier() != "tcp";
-    let rport = if quic {
-        std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    } else {
-        free_port()
-    };
-    let eport = free_port();
-    let remote_addr: SocketAddr = format!("127.0.0.1:{rport}").parse().unwrap();
-    let edge_addr: SocketAddr = format!("127.0.0.1:{eport}").parse().unwrap();
-    let mut rargs = vec!["--listen".to_string(), remote_addr.to_string()];
     let mut carrier_args = Vec::new();
     if quic {
         let keys = dir.path().join("keys");
@@ -189,23 +225,28 @@ pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
         // The default is auto (QUIC with TLS files); these tests are about TCP (+TLS).
         carrier_args = vec!["--carrier".to_string(), "tcp".into()];
     }
-    rargs.extend(carrier_args.iter().cloned());
+    let mut rest = carrier_args.clone();
     if !remote_toml.is_empty() {
         let p = dir.path().join("remote.toml");
         std::fs::write(&p, remote_toml).unwrap();
-        rargs.push("--config".into());
-        rargs.push(p.to_string_lossy().into());
+        rest.push("--config".into());
+        rest.push(p.to_string_lossy().into());
     }
-    let remote = spawn(&remote_bin(), &rargs, dir.path().join("remote.log"));
-    if quic {
-        wait_log(&remote, "remote-proxy starting");
-    } else {
-        wait_port(remote_addr, Duration::from_secs(10));
-    }
+    // Over QUIC (and auto) the remote listens on UDP and TCP with the same port.
+    let (remote, rport) = spawn_on_free_port(
+        &remote_bin(),
+        dir.path().join("remote.log"),
+        "remote-proxy starting",
+        quic,
+        |port| {
+            let mut a = vec!["--listen".to_string(), format!("127.0.0.1:{port}")];
+            a.extend(rest.iter().cloned());
+            a
+        },
+    );
+    let remote_addr: SocketAddr = format!("127.0.0.1:{rport}").parse().unwrap();
     let mut eargs = vec![
-        "--listen".to_string(),
-        edge_addr.to_string(),
-        "--remote".into(),
+        "--remote".to_string(),
         remote_addr.to_string(),
         "--connections".into(),
         "2".into(),
@@ -230,7 +271,18 @@ pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
         eargs.push(p.to_string_lossy().into());
     }
     eargs.extend(edge_args.iter().map(|s| s.to_string()));
-    let edge = spawn(&edge_bin(), &eargs, dir.path().join("edge.log"));
+    let (edge, eport) = spawn_on_free_port(
+        &edge_bin(),
+        dir.path().join("edge.log"),
+        "edge-proxy starting",
+        false,
+        |port| {
+            let mut a = vec!["--listen".to_string(), format!("127.0.0.1:{port}")];
+            a.extend(eargs.iter().cloned());
+            a
+        },
+    );
+    let edge_addr: SocketAddr = format!("127.0.0.1:{eport}").parse().unwrap();
     wait_port(edge_addr, Duration::from_secs(10));
     // The edge serves once the pool is up: one request proves it.
     let start = Instant::now();
