@@ -7,13 +7,16 @@
 //! only acknowledges and updates flow-control credit leaves its share to the others), so the
 //! pool as a whole sends at most the provisioned rate. A connection not yet counted sizes its
 //! window as if it were (one more sharer), so a newcomer does not start at a share the others
-//! still hold. **Interactive before bulk**: a connection whose open send directions have all
-//! carried at least [`BULK_BYTES`] (what its streams report through [`Traffic`]; a single
-//! large reply, for instance) is *bulk*; any other is *interactive*. While an interactive
+//! still hold. **Interactive before bulk**: a send direction that has carried [`BULK_BYTES`]
+//! is bulk; a connection with a bulk direction open and no interactive one (what its streams
+//! report through [`Traffic`]: a single large reply, for instance) is *bulk*; any other is
+//! *interactive*. While an interactive
 //! connection of the pool has data in flight (more than [`YIELD_DATAGRAMS`] datagrams, seen
 //! as it sends, not a round trip later), the bulk connections share [`BULK_YIELD`] of the
 //! rate and the interactive ones the rest, so a page's replies do not queue behind a
-//! download at the bottleneck; the moment none has, the bulk ones take the whole rate back.
+//! download at the bottleneck; [`HOLD_ROUND_TRIPS`] base RTTs after the last one stopped (a
+//! page's next requests follow its replies by about a round trip) the bulk ones take the
+//! whole rate back.
 //! This is least-attained-service scheduling at connection granularity; within a connection
 //! the streams are ordered the same way by quinn's stream priorities (`crate::quic`).
 //!
@@ -56,7 +59,7 @@
 //! delay would need timestamps quinn does not carry).
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -83,6 +86,9 @@ pub const BUSY_FRACTION: f64 = 0.25;
 pub const BULK_BYTES: u64 = 1 << 20;
 /// Fraction of the rate the bulk connections of a pool share while an interactive one sends.
 pub const BULK_YIELD: f64 = 1.0 / 8.0;
+/// Base RTTs the bulk class keeps yielding after the last interactive connection stopped
+/// sending (the gap between a page's levels).
+pub const HOLD_ROUND_TRIPS: u32 = 2;
 /// Datagrams in flight from which an interactive connection makes the bulk ones yield.
 pub const YIELD_DATAGRAMS: u64 = 4;
 /// Datagrams smaller than this are taken for acknowledgements and credit updates, not data,
@@ -115,8 +121,13 @@ pub struct RateConfig {
 }
 
 /// A pool's counts of its busy connections, shared by their controllers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shares {
+    /// Origin of `hold_until`.
+    epoch: Instant,
+    /// Until when (nanoseconds after `epoch`) the bulk class yields after the last interactive
+    /// connection stopped sending.
+    hold_until: AtomicU64,
     /// Busy interactive connections.
     interactive: AtomicU32,
     /// Busy bulk connections.
@@ -126,6 +137,20 @@ struct Shares {
 }
 
 impl Shares {
+    fn new() -> Shares {
+        Shares {
+            epoch: Instant::now(),
+            hold_until: AtomicU64::new(0),
+            interactive: AtomicU32::new(0),
+            bulk: AtomicU32::new(0),
+            sending: AtomicU32::new(0),
+        }
+    }
+
+    fn nanos(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
     fn counter(&self, bulk: bool) -> &AtomicU32 {
         if bulk {
             &self.bulk
@@ -135,18 +160,20 @@ impl Shares {
     }
 }
 
-/// What one connection's streams tell its controller: how many of its send directions are
-/// still interactive (open, with fewer than [`BULK_BYTES`] written). A connection with none
-/// that still sends is bulk.
+/// What one connection's streams tell its controller: how many of its open send directions
+/// are interactive (fewer than [`BULK_BYTES`] written) and how many bulk. The connection is
+/// bulk while it has a bulk direction open and no interactive one; without any open direction
+/// (the tail of finished replies in flight, or nothing) it is interactive.
 #[derive(Debug, Default)]
 pub struct Traffic {
     interactive: AtomicU32,
+    bulk: AtomicU32,
 }
 
 impl Traffic {
-    /// Whether the connection has no interactive send direction open.
+    /// Whether the connection is bulk now.
     pub fn bulk(&self) -> bool {
-        self.interactive.load(Ordering::Relaxed) == 0
+        self.interactive.load(Ordering::Relaxed) == 0 && self.bulk.load(Ordering::Relaxed) > 0
     }
 
     /// Interactive send directions open now.
@@ -156,10 +183,12 @@ impl Traffic {
 }
 
 /// One send direction's place in its connection's [`Traffic`]: interactive from its opening
-/// until it has carried [`BULK_BYTES`] or ends (the count is returned when dropped).
+/// until it has carried [`BULK_BYTES`], bulk from then until it ends (the count is returned
+/// when dropped).
 #[derive(Debug)]
 pub struct SendClass {
     traffic: Option<Arc<Traffic>>,
+    bulk: bool,
 }
 
 impl SendClass {
@@ -168,22 +197,28 @@ impl SendClass {
         traffic.interactive.fetch_add(1, Ordering::Relaxed);
         SendClass {
             traffic: Some(traffic),
+            bulk: false,
         }
     }
 
     /// The direction has carried `total` bytes; true the first time that makes it bulk.
     pub fn wrote(&mut self, total: u64) -> bool {
-        if total >= BULK_BYTES && self.traffic.is_some() {
-            self.end();
-            return true;
+        match &self.traffic {
+            Some(t) if !self.bulk && total >= BULK_BYTES => {
+                t.bulk.fetch_add(1, Ordering::Relaxed);
+                t.interactive.fetch_sub(1, Ordering::Relaxed);
+                self.bulk = true;
+                true
+            }
+            _ => false,
         }
-        false
     }
 
     /// The direction ended (finished or reset): it no longer counts.
     pub fn end(&mut self) {
         if let Some(t) = self.traffic.take() {
-            t.interactive.fetch_sub(1, Ordering::Relaxed);
+            let c = if self.bulk { &t.bulk } else { &t.interactive };
+            c.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -201,7 +236,7 @@ impl RateConfig {
         RateConfig {
             rate_bps: rate_bps.max(1),
             initial_rtt,
-            shares: Arc::new(Shares::default()),
+            shares: Arc::new(Shares::new()),
             traffic: None,
         }
     }
@@ -223,6 +258,7 @@ impl RateConfig {
             traffic: self.traffic.clone(),
             counted: None,
             sending: false,
+            held: false,
             acked_in_flight: 0,
             sent_since_acks: 0,
             mtu: u64::from(mtu).max(BASE_DATAGRAM),
@@ -280,6 +316,8 @@ pub struct Rate {
     counted: Option<bool>,
     /// Whether this controller is counted in `shares.sending`.
     sending: bool,
+    /// Whether the bulk class was held back at the last event (`Shares::hold_until`).
+    held: bool,
     /// Bytes in flight at the last batch of acknowledgements.
     acked_in_flight: u64,
     /// Bytes of data datagrams sent since then.
@@ -313,7 +351,7 @@ impl Rate {
         let mine = u32::from(self.counted != Some(bulk));
         let n = self.shares.counter(bulk).load(Ordering::Relaxed) + mine;
         let fraction = if bulk {
-            if self.shares.sending.load(Ordering::Relaxed) > 0 {
+            if self.held || self.shares.sending.load(Ordering::Relaxed) > 0 {
                 BULK_YIELD
             } else {
                 1.0
@@ -363,6 +401,7 @@ impl Rate {
 
     /// An acknowledgement of a packet sent at `sent`, with quinn's smoothed RTT `srtt`.
     pub fn ack(&mut self, now: Instant, sent: Instant, srtt: Duration) {
+        self.refresh_hold(now);
         self.srtt = Some(srtt);
         if !self.judged(sent) {
             return;
@@ -428,41 +467,61 @@ impl Rate {
     /// with less (idle, or only acknowledging and sending credit updates) leaves it to the
     /// others. (quinn's `app_limited` flag is not used: it often stays false on a connection
     /// that only receives.)
-    pub fn end_acks(&mut self, in_flight: u64) {
+    pub fn end_acks(&mut self, now: Instant, in_flight: u64) {
+        self.refresh_hold(now);
         self.acked_in_flight = in_flight;
         self.sent_since_acks = 0;
         let bulk = self.is_bulk();
         if (in_flight as f64) < self.window() as f64 * BUSY_FRACTION {
             self.uncount();
         } else if self.counted != Some(bulk) {
+            tracing::trace!(
+                bulk,
+                in_flight,
+                window = self.window(),
+                "rate: connection busy"
+            );
             self.uncount();
             self.counted = Some(bulk);
             self.shares.counter(bulk).fetch_add(1, Ordering::Relaxed);
         }
-        self.update_sending(bulk);
+        self.update_sending(now, bulk);
     }
 
     /// A datagram of `bytes` went out.
-    pub fn sent(&mut self, bytes: u64) {
+    pub fn sent(&mut self, now: Instant, bytes: u64) {
+        self.refresh_hold(now);
         if bytes >= DATA_DATAGRAM {
             self.sent_since_acks += bytes;
             if !self.sending {
-                self.update_sending(self.is_bulk());
+                self.update_sending(now, self.is_bulk());
             }
         }
     }
 
+    /// Whether the bulk class is held back at `now` by an interactive connection that stopped
+    /// sending less than [`HOLD_ROUND_TRIPS`] base RTTs ago.
+    fn refresh_hold(&mut self, now: Instant) {
+        let t = self.shares.nanos(now);
+        self.held = t < self.shares.hold_until.load(Ordering::Relaxed);
+    }
+
     /// Counts this connection in `shares.sending` while it is interactive with more than
     /// [`YIELD_DATAGRAMS`] in flight (estimated between acknowledgements).
-    fn update_sending(&mut self, bulk: bool) {
+    fn update_sending(&mut self, now: Instant, bulk: bool) {
         let in_flight = self.acked_in_flight + self.sent_since_acks;
         let want = !bulk && in_flight > YIELD_DATAGRAMS * self.mtu;
         if want != self.sending {
             self.sending = want;
+            tracing::trace!(sending = want, in_flight, "rate: interactive connection");
             if want {
                 self.shares.sending.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.shares.sending.fetch_sub(1, Ordering::Relaxed);
+                // A page's next requests follow its last replies by about a round trip:
+                // the bulk class stays back until they can have come.
+                let until = self.shares.nanos(now + self.base_rtt() * HOLD_ROUND_TRIPS);
+                self.shares.hold_until.fetch_max(until, Ordering::Relaxed);
             }
         }
     }
@@ -498,8 +557,8 @@ impl Clone for Rate {
 }
 
 impl Controller for Rate {
-    fn on_sent(&mut self, _now: Instant, bytes: u64, _last_packet_number: u64) {
-        self.sent(bytes);
+    fn on_sent(&mut self, now: Instant, bytes: u64, _last_packet_number: u64) {
+        self.sent(now, bytes);
     }
 
     fn on_ack(
@@ -515,12 +574,12 @@ impl Controller for Rate {
 
     fn on_end_acks(
         &mut self,
-        _now: Instant,
+        now: Instant,
         in_flight: u64,
         _app_limited: bool,
         _largest_packet_num_acked: Option<u64>,
     ) {
-        self.end_acks(in_flight);
+        self.end_acks(now, in_flight);
     }
 
     fn on_congestion_event(
@@ -582,7 +641,7 @@ mod tests {
             let now = Instant::now();
             let cfg = RateConfig::new(rate_bps, BASE);
             let mut c = cfg.controller(now, 1200);
-            c.end_acks(u64::MAX);
+            c.end_acks(now, u64::MAX);
             Drive { c, now }
         }
 
@@ -740,19 +799,19 @@ mod tests {
         let mut a = cfg.controller(now, 1200);
         let mut b = cfg.controller(now, 1200);
         let busy = cap(RATE, BASE);
-        a.end_acks(busy);
+        a.end_acks(now, busy);
         assert_eq!(a.share_bps(), RATE);
-        b.end_acks(busy);
-        b.end_acks(busy);
+        b.end_acks(now, busy);
+        b.end_acks(now, busy);
         assert_eq!(a.share_bps(), RATE / 2);
         assert_eq!(a.window(), cap(RATE / 2, BASE));
         // b's data is all acknowledged: a gets the whole rate back.
-        b.end_acks(0);
+        b.end_acks(now, 0);
         assert_eq!(a.share_bps(), RATE);
         // b only acknowledges and sends credit updates: a packet or two in flight.
-        b.end_acks(2_000);
+        b.end_acks(now, 2_000);
         assert_eq!(a.share_bps(), RATE);
-        b.end_acks(busy);
+        b.end_acks(now, busy);
         let c = b.clone();
         assert_eq!(a.share_bps(), RATE / 2, "a clone is not counted until busy");
         drop(b);
@@ -767,7 +826,7 @@ mod tests {
         let mut a = cfg.controller(now, 1200);
         let b = cfg.controller(now, 1200);
         assert_eq!(b.share_bps(), RATE, "alone, a newcomer has the whole rate");
-        a.end_acks(cap(RATE, BASE));
+        a.end_acks(now, cap(RATE, BASE));
         assert_eq!(a.share_bps(), RATE);
         assert_eq!(b.share_bps(), RATE / 2, "not the share a still holds");
     }
@@ -775,7 +834,10 @@ mod tests {
     #[test]
     fn a_send_direction_turns_bulk_after_bulk_bytes() {
         let t = Arc::new(Traffic::default());
-        assert!(t.bulk(), "no interactive direction open");
+        assert!(
+            !t.bulk(),
+            "nothing open: the tail of what was sent is not bulk"
+        );
         let mut a = SendClass::open(t.clone());
         let b = SendClass::open(t.clone());
         assert_eq!(t.interactive(), 2);
@@ -783,33 +845,37 @@ mod tests {
         assert!(a.wrote(BULK_BYTES), "crossing reported once");
         assert!(!a.wrote(BULK_BYTES + 1));
         assert_eq!(t.interactive(), 1);
-        assert!(!t.bulk());
+        assert!(!t.bulk(), "an interactive direction is open");
         drop(b);
         assert!(t.bulk());
         a.end();
+        assert!(!t.bulk(), "the download ended");
         drop(a);
         assert_eq!(t.interactive(), 0, "ended once only");
+        assert!(!t.bulk());
     }
 
     /// A pool with one bulk connection (a download) and one interactive one (a page).
-    fn bulk_and_interactive() -> (Rate, Rate, SendClass) {
+    fn bulk_and_interactive() -> (Instant, Rate, Rate, SendClass) {
         let now = Instant::now();
         let cfg = RateConfig::new(RATE, BASE);
         let download = Arc::new(Traffic::default());
         let page = Arc::new(Traffic::default());
         let mut d = SendClass::open(download.clone());
         assert!(d.wrote(BULK_BYTES));
+        // The download stays open for the whole test.
+        std::mem::forget(d);
         let mut b = cfg.for_connection(download).controller(now, 1200);
         let i = cfg.for_connection(page.clone()).controller(now, 1200);
         let reply = SendClass::open(page);
-        b.end_acks(cap(RATE, BASE));
+        b.end_acks(now, cap(RATE, BASE));
         assert!(b.is_bulk() && !i.is_bulk());
-        (b, i, reply)
+        (now, b, i, reply)
     }
 
     #[test]
     fn bulk_yields_while_an_interactive_connection_sends() {
-        let (b, mut i, _reply) = bulk_and_interactive();
+        let (now, mut b, mut i, _reply) = bulk_and_interactive();
         assert_eq!(
             b.share_bps(),
             RATE,
@@ -817,32 +883,42 @@ mod tests {
         );
         // The page's first datagrams: at most YIELD_DATAGRAMS in flight changes nothing.
         for _ in 0..YIELD_DATAGRAMS {
-            i.sent(1200);
+            i.sent(now, 1200);
         }
         assert_eq!(b.share_bps(), RATE);
         // One more, before any acknowledgement: the download yields at once.
-        i.sent(1200);
+        i.sent(now, 1200);
         assert_eq!(b.share_bps(), (RATE as f64 * BULK_YIELD) as u64);
         assert_eq!(b.window(), cap((RATE as f64 * BULK_YIELD) as u64, BASE));
         // The page's share, before and after it is counted busy.
         assert_eq!(i.share_bps(), (RATE as f64 * (1.0 - BULK_YIELD)) as u64);
-        i.end_acks(cap(RATE, BASE));
+        i.end_acks(now, cap(RATE, BASE));
         assert_eq!(i.share_bps(), (RATE as f64 * (1.0 - BULK_YIELD)) as u64);
-        // Everything the page sent is acknowledged: the download takes the rate back.
-        i.end_acks(0);
+        // Everything the page sent is acknowledged. Its next requests may follow within a
+        // round trip: the download stays back for HOLD_ROUND_TRIPS base RTTs, then takes the
+        // rate back.
+        i.end_acks(now, 0);
+        let yielded = (RATE as f64 * BULK_YIELD) as u64;
+        b.ack(now + MS, now - BASE, BASE);
+        assert_eq!(b.share_bps(), yielded);
+        let later = now + BASE * HOLD_ROUND_TRIPS - MS;
+        b.ack(later, later - BASE, BASE);
+        assert_eq!(b.share_bps(), yielded);
+        let later = now + BASE * HOLD_ROUND_TRIPS + MS;
+        b.ack(later, later - BASE, BASE);
         assert_eq!(b.share_bps(), RATE);
         // Acknowledgements and credit updates (small datagrams) are not data in flight.
         for _ in 0..1000 {
-            i.sent(60);
+            i.sent(now, 60);
         }
         assert_eq!(b.share_bps(), RATE);
     }
 
     #[test]
     fn a_connection_that_ends_its_interactive_streams_stops_holding_bulk_back() {
-        let (b, mut i, reply) = bulk_and_interactive();
+        let (now, b, mut i, reply) = bulk_and_interactive();
         for _ in 0..10 {
-            i.sent(1200);
+            i.sent(now, 1200);
         }
         assert!(b.share_bps() < RATE);
         // Dropped while sending (connection closed): the yield ends with it.
@@ -850,13 +926,13 @@ mod tests {
         assert_eq!(b.share_bps(), RATE);
         drop(reply);
         // Two downloads share equally and nothing makes them yield.
-        let (b, mut i, reply) = bulk_and_interactive();
-        drop(reply);
+        let (now, b, mut i, mut reply) = bulk_and_interactive();
+        assert!(reply.wrote(BULK_BYTES));
         assert!(i.is_bulk());
         for _ in 0..10 {
-            i.sent(1200);
+            i.sent(now, 1200);
         }
-        i.end_acks(cap(RATE, BASE));
+        i.end_acks(now, cap(RATE, BASE));
         assert_eq!(b.share_bps(), RATE / 2);
         assert_eq!(i.share_bps(), RATE / 2);
     }
