@@ -33,6 +33,13 @@
 /// idle slow one, as in ECF.
 pub const EXPECTED_BINDING_BYTES: u64 = 64 * 1024;
 
+/// Bytes a stream direction sends before it counts as bulk (least attained service: nearly
+/// all of a page's objects are smaller; a download passes it within a fraction of a second).
+/// Within a lane, directions below it are served before bulk ones; a lane whose unacknowledged
+/// bytes are all bulk is the one a driver holds back while another carries interactive bytes
+/// ([`crate::Session::lane_is_bulk`]). The QUIC carrier classes its streams by the same figure.
+pub const BULK_BYTES: u64 = 1 << 20;
+
 /// How a direction of a stream picks its connection when its first bytes are
 /// ready to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

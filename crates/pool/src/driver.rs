@@ -4,7 +4,15 @@
 //! congestion window and path estimate (`TCP_INFO`: delivery rate, min RTT,
 //! not-sent bytes, app-limited) to the session's scheduling policy.
 //!
-//! What it does NOT do: decide placement (the session's policy does) or pace.
+//! Interactive before bulk across lanes: while another lane carries a page's unacknowledged
+//! bytes, a lane whose unacknowledged bytes are all bulk ([`mux::Session::lane_is_bulk`]) is
+//! paced down to [`BULK_YIELD`] of its delivery rate (`SO_MAX_PACING_RATE`), and released
+//! [`HOLD_ROUND_TRIPS`] minimum RTTs after that stops, as the QUIC carrier's `rate` controller
+//! does for its connections (`crate::rate`); within a lane the session sends interactive
+//! directions first.
+//!
+//! What it does NOT do: decide placement (the session's policy does) or pace otherwise (the
+//! kernel's congestion controller does).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +23,7 @@ use tokio::sync::Notify;
 
 use crate::carrier::{Carrier, Probe};
 use crate::config::{DEFAULT_OUTSTANDING_REFRESH, DEFAULT_WRITE_CHUNK};
+use crate::rate::{BULK_YIELD, HOLD_ROUND_TRIPS};
 use crate::shared::{now, Lane, Shared};
 use crate::stats::LaneState;
 
@@ -113,7 +122,9 @@ async fn writer(
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(DEFAULT_WRITE_CHUNK + 32 * 1024);
     let mut kernel = 0u64;
+    let mut hold = Hold::default();
     loop {
+        hold.update(shared, conn, probe);
         buf.clear();
         let (close, deadline) = shared.op(|i| {
             let t = now();
@@ -160,6 +171,49 @@ async fn writer(
         if k != kernel {
             kernel = k;
             report(shared, conn, probe, k);
+        }
+    }
+}
+
+/// Lowest pacing cap of a held-back lane, bytes per second.
+const MIN_HOLD_RATE: u64 = 32 * 1024;
+
+/// Holds a bulk lane back while another lane carries interactive bytes (module doc).
+#[derive(Default)]
+struct Hold {
+    /// The pacing cap in force, bytes per second.
+    cap: Option<u64>,
+    /// Until when the cap stays once no longer wanted.
+    until: Option<std::time::Instant>,
+}
+
+impl Hold {
+    fn update(&mut self, shared: &Arc<Shared>, conn: ConnId, probe: &dyn Probe) {
+        let want = shared.op(|i| i.session.interactive_lanes() > 0 && i.session.lane_is_bulk(conn));
+        let t = now();
+        if want {
+            let info = probe.tcp_info();
+            let min_rtt = info.map_or(Duration::from_millis(100), |i| {
+                Duration::from_micros(u64::from(i.min_rtt_us.max(1)))
+            });
+            self.until = Some(t + min_rtt * HOLD_ROUND_TRIPS);
+            if self.cap.is_none() {
+                let rate = info.map_or(0, |i| i.delivery_rate);
+                let cap = ((rate as f64 * BULK_YIELD) as u64).max(MIN_HOLD_RATE);
+                match probe.set_max_pacing_rate(cap) {
+                    Ok(()) => {
+                        tracing::trace!(%conn, cap, "bulk lane held back");
+                        self.cap = Some(cap);
+                    }
+                    Err(e) => tracing::debug!(%conn, error = %e, "pacing cap not set"),
+                }
+            }
+        } else if self.cap.is_some() && self.until.is_none_or(|u| t >= u) {
+            if let Err(e) = probe.set_max_pacing_rate(u64::MAX) {
+                tracing::debug!(%conn, error = %e, "pacing cap not removed");
+            }
+            tracing::trace!(%conn, "bulk lane released");
+            self.cap = None;
         }
     }
 }

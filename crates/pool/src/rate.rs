@@ -81,9 +81,9 @@ pub const PROBE: f64 = 1.25;
 /// Fraction of its window a connection must have in flight to take part in the share.
 pub const BUSY_FRACTION: f64 = 0.25;
 
-/// Bytes a send direction carries before it counts as bulk (least attained service: a page's
-/// objects are nearly all smaller, a download passes it within a fraction of a second).
-pub const BULK_BYTES: u64 = 1 << 20;
+/// Bytes a send direction carries before it counts as bulk: the mux's figure, for both
+/// carriers.
+pub use mux::policy::BULK_BYTES;
 /// Fraction of the rate the bulk connections of a pool share while an interactive one sends.
 pub const BULK_YIELD: f64 = 1.0 / 8.0;
 /// Base RTTs the bulk class keeps yielding after the last interactive connection stopped

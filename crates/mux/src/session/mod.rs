@@ -96,6 +96,11 @@ struct Conn {
     sampled_at: Option<Instant>,
     /// Streams with at least one direction bound here.
     streams: u32,
+    /// Bytes of an interactive direction (below [`crate::policy::BULK_BYTES`] sent) were
+    /// emitted here since the kernel's send queue was last reported empty.
+    interactive_out: bool,
+    /// The same for bulk directions.
+    bulk_out: bool,
     /// Largest frame payload the peer accepts (from its HELLO).
     peer_max_frame: usize,
     /// Highest OPEN id received on this lane (OPEN ids increase per lane, §5.2).
@@ -235,6 +240,8 @@ impl Session {
                 path: None,
                 sampled_at: None,
                 streams: 0,
+                interactive_out: false,
+                bulk_out: false,
                 peer_max_frame: 1024,
                 last_open: 0,
                 handshake_deadline: now + self.cfg.handshake_timeout,
@@ -305,7 +312,37 @@ impl Session {
     pub fn set_kernel_outstanding(&mut self, conn: ConnId, bytes: u64) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.kernel = bytes;
+            if bytes == 0 {
+                // Everything emitted here was acknowledged.
+                c.interactive_out = false;
+                c.bulk_out = false;
+            }
         }
+    }
+
+    /// Lanes carrying interactive bytes the peer has not acknowledged yet (emitted since
+    /// their kernel send queue was last reported empty, [`Session::set_kernel_outstanding`]).
+    pub fn interactive_lanes(&self) -> usize {
+        self.conns.values().filter(|c| c.interactive_out).count()
+    }
+
+    /// Whether `conn` carries unacknowledged bulk bytes and neither unacknowledged nor queued
+    /// interactive ones: the lane a driver holds back (paces down) while
+    /// [`Session::interactive_lanes`] is not zero, so that a page's replies on other lanes
+    /// do not queue behind a download at the bottleneck (least attained service across
+    /// lanes; [`crate::policy::BULK_BYTES`]).
+    pub fn lane_is_bulk(&self, conn: ConnId) -> bool {
+        let Some(c) = self.conns.get(&conn) else {
+            return false;
+        };
+        c.bulk_out && !c.interactive_out && !c.sendq.iter().any(|id| self.is_interactive(*id))
+    }
+
+    /// Whether stream `id`'s direction towards the peer is still interactive.
+    fn is_interactive(&self, id: u64) -> bool {
+        self.streams
+            .get(&id)
+            .is_some_and(|s| s.bytes_sent < crate::policy::BULK_BYTES)
     }
 
     /// Reports the congestion window of `conn` in bytes (TCP: cwnd × MSS from

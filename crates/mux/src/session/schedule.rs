@@ -1,7 +1,9 @@
 //! Scheduling (PROTOCOL.md §5.1): which lane a stream direction is bound to
 //! (by the [`Policy`](crate::Policy) over each lane's [`Load`]), where control
 //! frames go, and how a lane's transmit buffer is filled: control frames first,
-//! then stream frames round-robin within the lane's connection credit.
+//! then stream frames within the lane's connection credit, directions that have sent less
+//! than [`BULK_BYTES`](crate::policy::BULK_BYTES) before the others and round-robin within
+//! each class.
 //!
 //! A lane's rate sample is fresh when the driver reported it with bytes in flight and
 //! not app-limited within the last [`STALE_ROUND_TRIPS`] round trips; otherwise the
@@ -62,13 +64,33 @@ impl Session {
             if credit == 0 {
                 break;
             }
-            let Some(id) = c.sendq.pop_front() else {
+            // Interactive directions first (least attained service), round-robin within
+            // each class.
+            let streams = &self.streams;
+            let pick = c
+                .sendq
+                .iter()
+                .position(|id| {
+                    streams
+                        .get(id)
+                        .is_some_and(|s| s.bytes_sent < crate::policy::BULK_BYTES)
+                })
+                .unwrap_or(0);
+            let Some(id) = c.sendq.remove(pick) else {
                 break;
             };
+            let interactive = self.is_interactive(id);
             let (more, used) = self.emit_one(id, max_frame, credit, out);
             if let Some(c) = self.conns.get_mut(&conn) {
                 if c.conn_credit {
                     c.send.spend(used);
+                }
+                if used > 0 {
+                    if interactive {
+                        c.interactive_out = true;
+                    } else {
+                        c.bulk_out = true;
+                    }
                 }
             }
             if let Some(s) = self.streams.get(&id) {

@@ -1210,3 +1210,81 @@ fn bindings_follow_expected_completion() {
         "the slow lane takes a share once the fast one queues: {count:?}"
     );
 }
+
+/// Grants stream `id` `n` more bytes of credit, as the remote's WINDOW would.
+fn grant(s: &mut Session, lane: ConnId, id: u64, n: u32, t: Instant) {
+    let mut w = BytesMut::new();
+    Window {
+        stream: id,
+        increment: n,
+    }
+    .encode(&mut w);
+    s.handle_input(lane, &w, t);
+}
+
+/// A stream that has sent [`crate::policy::BULK_BYTES`] and has more queued.
+fn bulk_stream(s: &mut Session, lane: ConnId, t: Instant) -> u64 {
+    let bulk = crate::policy::BULK_BYTES as usize;
+    let id = s.open(Kind::Http, "a:80", &[], false).unwrap();
+    grant(s, lane, id, 4 << 20, t);
+    let mut queued = 0;
+    while queued < bulk + 256 * 1024 {
+        queued += s.send(id, &vec![1u8; 64 * 1024]).unwrap();
+    }
+    let mut out = Vec::new();
+    while s.stream(id).unwrap().bytes_sent < bulk as u64 {
+        s.poll_transmit(lane, 16 * 1024, &mut out);
+    }
+    assert!(s.stream(id).unwrap().send_buffered > 0);
+    id
+}
+
+#[test]
+fn interactive_directions_go_before_bulk_ones_on_a_lane() {
+    let (mut s, lanes, t) = edge_with_lanes(1, Policy::LeastOutstanding);
+    let a = bulk_stream(&mut s, lanes[0], t);
+    let sent = s.stream(a).unwrap().bytes_sent;
+    // A page's request arrives behind the download on the same lane.
+    let b = s.open(Kind::Http, "b:80", &[2u8; 10_000], true).unwrap();
+    assert_eq!(s.stream(b).unwrap().send_conn, Some(lanes[0]));
+    let mut out = Vec::new();
+    s.poll_transmit(lanes[0], 10_000, &mut out);
+    assert_eq!(s.stream(b).unwrap().bytes_sent, 10_000, "all of it, first");
+    assert_eq!(s.stream(a).unwrap().bytes_sent, sent, "the download waited");
+    // Then the download goes on.
+    s.poll_transmit(lanes[0], 64 * 1024, &mut out);
+    assert!(s.stream(a).unwrap().bytes_sent > sent);
+}
+
+#[test]
+fn a_lane_with_only_bulk_bytes_unacknowledged_is_bulk_while_another_carries_a_page() {
+    let (mut s, lanes, t) = edge_with_lanes(2, Policy::LeastOutstanding);
+    let a = bulk_stream(&mut s, lanes[0], t);
+    assert_eq!(s.stream(a).unwrap().send_conn, Some(lanes[0]));
+    // Its first megabyte went out as interactive bytes.
+    assert!(!s.lane_is_bulk(lanes[0]));
+    assert_eq!(s.interactive_lanes(), 1);
+    // Acknowledged; what it sends from now on is bulk.
+    s.set_kernel_outstanding(lanes[0], 0);
+    assert_eq!(s.interactive_lanes(), 0);
+    let mut out = Vec::new();
+    s.poll_transmit(lanes[0], 64 * 1024, &mut out);
+    s.set_kernel_outstanding(lanes[0], 64 * 1024);
+    assert!(s.lane_is_bulk(lanes[0]));
+    assert_eq!(s.interactive_lanes(), 0, "nothing to yield to");
+    // A page's stream on the other lane.
+    let b = s.open(Kind::Http, "b:80", &[2u8; 10_000], true).unwrap();
+    assert_eq!(s.stream(b).unwrap().send_conn, Some(lanes[1]));
+    s.poll_transmit(lanes[1], 64 * 1024, &mut out);
+    s.set_kernel_outstanding(lanes[1], 10_000);
+    assert_eq!(s.interactive_lanes(), 1);
+    assert!(s.lane_is_bulk(lanes[0]) && !s.lane_is_bulk(lanes[1]));
+    // The page's bytes are acknowledged: nothing holds the download back any more.
+    s.set_kernel_outstanding(lanes[1], 0);
+    assert_eq!(s.interactive_lanes(), 0);
+    // An interactive stream queued on the download's lane makes it interactive.
+    s.set_kernel_outstanding(lanes[1], 100 << 20);
+    let c = s.open(Kind::Http, "c:80", &[3u8; 100], true).unwrap();
+    assert_eq!(s.stream(c).unwrap().send_conn, Some(lanes[0]));
+    assert!(!s.lane_is_bulk(lanes[0]));
+}
