@@ -96,11 +96,14 @@ struct Conn {
     sampled_at: Option<Instant>,
     /// Streams with at least one direction bound here.
     streams: u32,
-    /// Bytes of an interactive direction (below [`crate::policy::BULK_BYTES`] sent) were
-    /// emitted here since the kernel's send queue was last reported empty.
-    interactive_out: bool,
+    /// Bytes handed to the driver on this lane (monotonic).
+    emitted: u64,
+    /// `emitted` right after the last frame of an interactive direction (below
+    /// [`crate::policy::BULK_BYTES`] sent): until the peer has acknowledged that much (the
+    /// driver's `kernel` says what is not), the lane carries interactive bytes.
+    interactive_mark: u64,
     /// The same for bulk directions.
-    bulk_out: bool,
+    bulk_mark: u64,
     /// Largest frame payload the peer accepts (from its HELLO).
     peer_max_frame: usize,
     /// Highest OPEN id received on this lane (OPEN ids increase per lane, §5.2).
@@ -127,6 +130,22 @@ struct Conn {
 }
 
 impl Conn {
+    /// Bytes emitted here that the peer has acknowledged, as far as the driver's report of
+    /// the kernel queue tells (a TLS carrier's record overhead makes it a slight underestimate).
+    fn acknowledged(&self) -> u64 {
+        self.emitted.saturating_sub(self.kernel)
+    }
+
+    /// Whether interactive bytes emitted here are not acknowledged yet.
+    fn interactive_out(&self) -> bool {
+        self.acknowledged() < self.interactive_mark
+    }
+
+    /// Whether bulk bytes emitted here are not acknowledged yet.
+    fn bulk_out(&self) -> bool {
+        self.acknowledged() < self.bulk_mark
+    }
+
     fn outstanding(&self) -> u64 {
         self.ctrl.len() as u64 + self.queued_streams + self.kernel
     }
@@ -240,8 +259,9 @@ impl Session {
                 path: None,
                 sampled_at: None,
                 streams: 0,
-                interactive_out: false,
-                bulk_out: false,
+                emitted: 0,
+                interactive_mark: 0,
+                bulk_mark: 0,
                 peer_max_frame: 1024,
                 last_open: 0,
                 handshake_deadline: now + self.cfg.handshake_timeout,
@@ -312,18 +332,13 @@ impl Session {
     pub fn set_kernel_outstanding(&mut self, conn: ConnId, bytes: u64) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.kernel = bytes;
-            if bytes == 0 {
-                // Everything emitted here was acknowledged.
-                c.interactive_out = false;
-                c.bulk_out = false;
-            }
         }
     }
 
-    /// Lanes carrying interactive bytes the peer has not acknowledged yet (emitted since
-    /// their kernel send queue was last reported empty, [`Session::set_kernel_outstanding`]).
+    /// Lanes carrying interactive bytes the peer has not acknowledged yet, by the kernel
+    /// send queue the driver last reported ([`Session::set_kernel_outstanding`]).
     pub fn interactive_lanes(&self) -> usize {
-        self.conns.values().filter(|c| c.interactive_out).count()
+        self.conns.values().filter(|c| c.interactive_out()).count()
     }
 
     /// Whether `conn` carries unacknowledged bulk bytes and neither unacknowledged nor queued
@@ -335,7 +350,7 @@ impl Session {
         let Some(c) = self.conns.get(&conn) else {
             return false;
         };
-        c.bulk_out && !c.interactive_out && !c.sendq.iter().any(|id| self.is_interactive(*id))
+        c.bulk_out() && !c.interactive_out() && !c.sendq.iter().any(|id| self.is_interactive(*id))
     }
 
     /// Whether stream `id`'s direction towards the peer is still interactive.

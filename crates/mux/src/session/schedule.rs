@@ -47,6 +47,7 @@ impl Session {
         c.ctrl.clear();
         if c.state == ConnState::Closing {
             c.sendq.clear();
+            c.emitted += (out.len() - start) as u64;
             return out.len() - start;
         }
         let max_frame = c.peer_max_frame.min(self.cfg.max_frame_size as usize);
@@ -86,10 +87,11 @@ impl Session {
                     c.send.spend(used);
                 }
                 if used > 0 {
+                    let at = c.emitted + (out.len() - start) as u64;
                     if interactive {
-                        c.interactive_out = true;
+                        c.interactive_mark = at;
                     } else {
-                        c.bulk_out = true;
+                        c.bulk_mark = at;
                     }
                 }
             }
@@ -116,7 +118,11 @@ impl Session {
             self.account(id);
             self.gc(id);
         }
-        out.len() - start
+        let n = out.len() - start;
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.emitted += n as u64;
+        }
+        n
     }
 
     pub(super) fn announce(&mut self, conn: ConnId) {

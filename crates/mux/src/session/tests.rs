@@ -1261,10 +1261,12 @@ fn a_lane_with_only_bulk_bytes_unacknowledged_is_bulk_while_another_carries_a_pa
     let (mut s, lanes, t) = edge_with_lanes(2, Policy::LeastOutstanding);
     let a = bulk_stream(&mut s, lanes[0], t);
     assert_eq!(s.stream(a).unwrap().send_conn, Some(lanes[0]));
-    // Its first megabyte went out as interactive bytes.
+    // Its first megabyte went out as interactive bytes; none is acknowledged yet.
+    s.set_kernel_outstanding(lanes[0], 2 << 20);
     assert!(!s.lane_is_bulk(lanes[0]));
     assert_eq!(s.interactive_lanes(), 1);
-    // Acknowledged; what it sends from now on is bulk.
+    // Acknowledged; what it sends from now on is bulk. The lane stays busy: its kernel
+    // queue never empties, only the interactive bytes in it are acknowledged.
     s.set_kernel_outstanding(lanes[0], 0);
     assert_eq!(s.interactive_lanes(), 0);
     let mut out = Vec::new();
