@@ -519,9 +519,13 @@ impl Rate {
             } else {
                 self.shares.sending.fetch_sub(1, Ordering::Relaxed);
                 // A page's next requests follow its last replies by about a round trip:
-                // the bulk class stays back until they can have come.
-                let until = self.shares.nanos(now + self.base_rtt() * HOLD_ROUND_TRIPS);
-                self.shares.hold_until.fetch_max(until, Ordering::Relaxed);
+                // the bulk class stays back until they can have come. Not when this
+                // connection stops counting because it became bulk itself: a download
+                // would then hold itself back.
+                if !bulk {
+                    let until = self.shares.nanos(now + self.base_rtt() * HOLD_ROUND_TRIPS);
+                    self.shares.hold_until.fetch_max(until, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -912,6 +916,28 @@ mod tests {
             i.sent(now, 60);
         }
         assert_eq!(b.share_bps(), RATE);
+    }
+
+    #[test]
+    fn a_download_that_turns_bulk_does_not_hold_itself_back() {
+        let now = Instant::now();
+        let cfg = RateConfig::new(RATE, BASE);
+        let traffic = Arc::new(Traffic::default());
+        let mut d = SendClass::open(traffic.clone());
+        let mut c = cfg.for_connection(traffic).controller(now, 1200);
+        // Its first megabyte goes out as interactive bytes.
+        for _ in 0..100 {
+            c.sent(now, 1200);
+        }
+        c.end_acks(now, cap(RATE, BASE));
+        assert!(!c.is_bulk());
+        // It turns bulk with its window full: the whole rate stays its own.
+        assert!(d.wrote(BULK_BYTES));
+        let later = now + 10 * MS;
+        c.end_acks(later, cap(RATE, BASE));
+        c.ack(later + MS, later - BASE, BASE);
+        assert!(c.is_bulk());
+        assert_eq!(c.share_bps(), RATE);
     }
 
     #[test]
