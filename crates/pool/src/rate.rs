@@ -128,6 +128,9 @@ struct Shares {
     /// Until when (nanoseconds after `epoch`) the bulk class yields after the last interactive
     /// connection stopped sending.
     hold_until: AtomicU64,
+    /// When (nanoseconds after `epoch`) the last hold began: connections bulk since then are
+    /// not held.
+    hold_from: AtomicU64,
     /// Busy interactive connections.
     interactive: AtomicU32,
     /// Busy bulk connections.
@@ -141,6 +144,7 @@ impl Shares {
         Shares {
             epoch: Instant::now(),
             hold_until: AtomicU64::new(0),
+            hold_from: AtomicU64::new(0),
             interactive: AtomicU32::new(0),
             bulk: AtomicU32::new(0),
             sending: AtomicU32::new(0),
@@ -259,6 +263,7 @@ impl RateConfig {
             counted: None,
             sending: false,
             held: false,
+            bulk_since: None,
             acked_in_flight: 0,
             sent_since_acks: 0,
             mtu: u64::from(mtu).max(BASE_DATAGRAM),
@@ -318,6 +323,8 @@ pub struct Rate {
     sending: bool,
     /// Whether the bulk class was held back at the last event (`Shares::hold_until`).
     held: bool,
+    /// Since when (nanoseconds after the shares' epoch) this connection is bulk.
+    bulk_since: Option<u64>,
     /// Bytes in flight at the last batch of acknowledgements.
     acked_in_flight: u64,
     /// Bytes of data datagrams sent since then.
@@ -351,7 +358,10 @@ impl Rate {
         let mine = u32::from(self.counted != Some(bulk));
         let n = self.shares.counter(bulk).load(Ordering::Relaxed) + mine;
         let fraction = if bulk {
-            if self.held || self.shares.sending.load(Ordering::Relaxed) > 0 {
+            // Interactive connections sending, itself not counted (it may have turned bulk
+            // since it was counted).
+            let others = self.shares.sending.load(Ordering::Relaxed) - u32::from(self.sending);
+            if self.held || others > 0 {
                 BULK_YIELD
             } else {
                 1.0
@@ -501,9 +511,19 @@ impl Rate {
 
     /// Whether the bulk class is held back at `now` by an interactive connection that stopped
     /// sending less than [`HOLD_ROUND_TRIPS`] base RTTs ago.
+    /// Only a connection that was bulk when the hold began is held: a download that turns
+    /// bulk just after the first bytes of its own reply made a hold is not.
     fn refresh_hold(&mut self, now: Instant) {
         let t = self.shares.nanos(now);
-        self.held = t < self.shares.hold_until.load(Ordering::Relaxed);
+        if !self.is_bulk() {
+            self.bulk_since = None;
+        } else if self.bulk_since.is_none() {
+            self.bulk_since = Some(t);
+        }
+        self.held = t < self.shares.hold_until.load(Ordering::Relaxed)
+            && self
+                .bulk_since
+                .is_some_and(|b| b <= self.shares.hold_from.load(Ordering::Relaxed));
     }
 
     /// Counts this connection in `shares.sending` while it is interactive with more than
@@ -524,6 +544,9 @@ impl Rate {
                 // would then hold itself back.
                 if !bulk {
                     let until = self.shares.nanos(now + self.base_rtt() * HOLD_ROUND_TRIPS);
+                    self.shares
+                        .hold_from
+                        .store(self.shares.nanos(now), Ordering::Relaxed);
                     self.shares.hold_until.fetch_max(until, Ordering::Relaxed);
                 }
             }
@@ -931,6 +954,13 @@ mod tests {
         }
         c.end_acks(now, cap(RATE, BASE));
         assert!(!c.is_bulk());
+        // Its in-flight dips once (the origin was slow for a moment): that begins a hold for
+        // connections already bulk, which it is not.
+        c.end_acks(now + MS, 1200);
+        for _ in 0..100 {
+            c.sent(now + 2 * MS, 1200);
+        }
+        c.end_acks(now + 3 * MS, cap(RATE, BASE));
         // It turns bulk with its window full: the whole rate stays its own.
         assert!(d.wrote(BULK_BYTES));
         let later = now + 10 * MS;
