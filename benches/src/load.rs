@@ -182,29 +182,28 @@ pub async fn run(
     let arrivals = poisson_arrivals(rate, window.as_secs_f64(), seed);
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    let mut failures = 0;
+    let mut tally = Tally::default();
     for a in arrivals {
         tokio::time::sleep_until((start + Duration::from_secs_f64(a)).into()).await;
+        // Loads that ended leave the set here: the bound counts loads in flight, not every
+        // load since the point began.
+        while let Some(r) = tasks.try_join_next() {
+            tally.record(r);
+        }
         if tasks.len() >= DEFAULT_MAX_IN_FLIGHT {
-            failures += 1;
+            tally.failures += 1;
             continue;
         }
         let (w, cfg) = (w.clone(), cfg.clone());
         tasks.spawn(async move { replay::load_page(&w, &cfg).await });
     }
-    let mut bytes = 0u64;
-    let mut plt = Vec::new();
     let deadline = Instant::now() + DEFAULT_DRAIN;
     loop {
         match tokio::time::timeout_at(deadline.into(), tasks.join_next()).await {
-            Ok(Some(Ok(Ok(p)))) => {
-                bytes += p.objects.iter().map(|o| o.bytes).sum::<u64>();
-                plt.push(p.plt_ms);
-            }
-            Ok(Some(_)) => failures += 1,
+            Ok(Some(r)) => tally.record(r),
             Ok(None) => break,
             Err(_) => {
-                failures += tasks.len();
+                tally.failures += tasks.len();
                 tasks.abort_all();
                 break;
             }
@@ -213,11 +212,31 @@ pub async fn run(
     let elapsed = start.elapsed().as_secs_f64().max(window.as_secs_f64());
     Ok(LoadRun {
         offered_mbit: rate * w.total_bytes() as f64 * 8.0 / 1e6,
-        carried_mbit: bytes as f64 * 8.0 / elapsed / 1e6,
-        pages: plt.len(),
-        failures,
-        plt_ms: plt,
+        carried_mbit: tally.bytes as f64 * 8.0 / elapsed / 1e6,
+        pages: tally.plt.len(),
+        failures: tally.failures,
+        plt_ms: tally.plt,
     })
+}
+
+/// What the loads of one point delivered.
+#[derive(Default)]
+struct Tally {
+    bytes: u64,
+    plt: Vec<f64>,
+    failures: usize,
+}
+
+impl Tally {
+    fn record(&mut self, r: Result<Result<replay::PageLoad>, tokio::task::JoinError>) {
+        match r {
+            Ok(Ok(p)) => {
+                self.bytes += p.objects.iter().map(|o| o.bytes).sum::<u64>();
+                self.plt.push(p.plt_ms);
+            }
+            _ => self.failures += 1,
+        }
+    }
 }
 
 #[cfg(test)]
