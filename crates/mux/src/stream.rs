@@ -72,6 +72,12 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
+    /// Whether our direction is still interactive: it has sent less than
+    /// [`crate::policy::BULK_BYTES`] (least attained service).
+    pub(crate) fn interactive(&self) -> bool {
+        self.bytes_sent < crate::policy::BULK_BYTES
+    }
+
     pub fn new(kind: Kind, send_credit: u64, recv: Credit) -> Self {
         Stream {
             kind,

@@ -124,19 +124,20 @@ async fn writer(
     let mut kernel = 0u64;
     let mut hold = Hold::default();
     loop {
-        hold.update(shared, conn, probe);
         buf.clear();
-        let (close, deadline) = shared.op(|i| {
+        let (close, deadline, held) = shared.op(|i| {
             let t = now();
             if i.session.poll_timeout().is_some_and(|d| d <= t) {
                 i.session.handle_timeout(t);
             }
+            let held = i.session.lane_is_bulk(conn) && i.session.interactive_lanes() > 0;
             i.session.poll_transmit(conn, DEFAULT_WRITE_CHUNK, &mut buf);
             // Closing: the GOAWAY is in `buf`. Shutting down (after the
             // grace period): this last chunk goes, the rest is abandoned.
             let close = i.session.wants_close(conn) || i.shutting_down;
-            (close, i.session.poll_timeout())
+            (close, i.session.poll_timeout(), held)
         });
+        hold.update(held, conn, probe);
         if !buf.is_empty() {
             wr.write_all(&buf).await?;
             // A TLS carrier may keep the last records in its buffer when the socket
@@ -188,8 +189,8 @@ struct Hold {
 }
 
 impl Hold {
-    fn update(&mut self, shared: &Arc<Shared>, conn: ConnId, probe: &dyn Probe) {
-        let want = shared.op(|i| i.session.interactive_lanes() > 0 && i.session.lane_is_bulk(conn));
+    /// `want`: the session says this lane is bulk while another carries interactive bytes.
+    fn update(&mut self, want: bool, conn: ConnId, probe: &dyn Probe) {
         let t = now();
         if want {
             let info = probe.tcp_info();

@@ -355,9 +355,7 @@ impl Session {
 
     /// Whether stream `id`'s direction towards the peer is still interactive.
     fn is_interactive(&self, id: u64) -> bool {
-        self.streams
-            .get(&id)
-            .is_some_and(|s| s.bytes_sent < crate::policy::BULK_BYTES)
+        self.streams.get(&id).is_some_and(|s| s.interactive())
     }
 
     /// Reports the congestion window of `conn` in bytes (TCP: cwnd × MSS from

@@ -71,11 +71,7 @@ impl Session {
             let pick = c
                 .sendq
                 .iter()
-                .position(|id| {
-                    streams
-                        .get(id)
-                        .is_some_and(|s| s.bytes_sent < crate::policy::BULK_BYTES)
-                })
+                .position(|id| streams.get(id).is_some_and(|s| s.interactive()))
                 .unwrap_or(0);
             let Some(id) = c.sendq.remove(pick) else {
                 break;
