@@ -512,14 +512,20 @@ fn losing_a_lane_resets_exactly_its_streams() {
     }
     w.run_for(200);
     let victim = 1;
-    let victim_edge = w.lanes[victim].edge;
+    let (victim_edge, victim_remote) = (w.lanes[victim].edge, w.lanes[victim].remote);
+    // A direction is bound to the lane in the view of the side that sends it: a reply the
+    // remote bound there of which nothing arrived yet is known to the edge only by the
+    // remote's RESET.
     let bound: HashMap<u64, bool> = ids
         .iter()
         .map(|id| {
             let s = w.edge.stream(*id).unwrap();
+            let r = w.remote.stream(*id);
             (
                 *id,
-                s.send_conn == Some(victim_edge) || s.recv_conn == Some(victim_edge),
+                s.send_conn == Some(victim_edge)
+                    || s.recv_conn == Some(victim_edge)
+                    || r.is_some_and(|r| r.send_conn == Some(victim_remote)),
             )
         })
         .collect();

@@ -319,9 +319,13 @@ impl Session {
     /// it is reset with CONNECTION_LOST (retryable when no reply byte arrived),
     /// and the peer is told on the remaining lanes (PROTOCOL.md §5.4).
     pub fn connection_lost(&mut self, conn: ConnId, _now: Instant) {
-        if !self.conns.contains_key(&conn) {
+        let Some(c) = self.conns.get_mut(&conn) else {
             return;
-        }
+        };
+        // Nothing may be queued on it any more: the RESETs that tell the peer go on the
+        // remaining lanes (a reply bound here of which no byte arrived is known to the peer
+        // only by them).
+        c.state = ConnState::Closing;
         self.fail_streams_on(conn);
         self.conns.remove(&conn);
         self.ready.retain(|c| *c != conn);
