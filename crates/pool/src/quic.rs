@@ -512,9 +512,25 @@ fn check_alpn(conn: &Connection, peer: SocketAddr) -> io::Result<()> {
 
 // ---------------------------------------------------------------- streams
 
-/// quinn priority of a stream that has carried [`crate::rate::BULK_BYTES`] (others keep 0;
-/// quinn sends higher priorities first and round-robins within one).
+/// quinn priority of a stream that has carried [`crate::rate::BULK_BYTES`]: below every
+/// interactive stream ([`interactive_priority`]); quinn sends higher priorities first and
+/// round-robins within one, so downloads share what pages leave.
 const BULK_PRIORITY: i32 = -1;
+
+/// Span of the interactive priorities, `1..=INTERACTIVE_SPAN`.
+const INTERACTIVE_SPAN: u64 = 1 << 30;
+
+/// quinn priority of an interactive stream: the older the stream (the lower its QUIC stream
+/// index on the connection), the higher, so interactive streams go out in the order they
+/// were opened, as on a TCP lane (PROTOCOL.md §5.1; RFC 9218 §10 serves non-incremental
+/// responses of one urgency in stream-id order). Under load the oldest pages finish at
+/// about their idle pace instead of every page slowing down together. Each stream has its own
+/// level, so quinn re-reads it whenever the stream has sent: the drop to [`BULK_PRIORITY`]
+/// takes effect at once. The order wraps every 2^30 streams of a connection: for a moment
+/// newer streams go first.
+fn interactive_priority(index: u64) -> i32 {
+    (INTERACTIVE_SPAN - index % INTERACTIVE_SPAN) as i32
+}
 
 /// One mux stream carried by one bidirectional QUIC stream.
 pub(crate) struct QuicStream {
@@ -549,6 +565,7 @@ impl QuicStream {
         conn: Arc<QConn>,
     ) -> Self {
         let class = SendClass::open(conn.traffic.clone());
+        let _ = send.set_priority(interactive_priority(send.id().index()));
         QuicStream {
             id,
             send,
@@ -1638,6 +1655,29 @@ mod tests {
             key: dir.join(format!("{side}.key")),
             ca: vec![dir.join("ca.pem")],
         }
+    }
+
+    #[test]
+    fn older_interactive_streams_rank_first_and_every_one_above_bulk() {
+        let order: Vec<i32> = (0..1000).map(interactive_priority).collect();
+        assert!(order.windows(2).all(|w| w[0] > w[1]), "stream order");
+        for i in [
+            0,
+            1,
+            999,
+            INTERACTIVE_SPAN - 1,
+            INTERACTIVE_SPAN,
+            5 * INTERACTIVE_SPAN + 7,
+        ] {
+            assert!(interactive_priority(i) > BULK_PRIORITY, "{i}");
+            assert!(interactive_priority(i) >= 1);
+        }
+        // QUIC stream indexes go up to 2^60: past the span the order starts again.
+        assert_eq!(
+            interactive_priority(INTERACTIVE_SPAN),
+            interactive_priority(0)
+        );
+        assert!(interactive_priority((1 << 60) - 1) > BULK_PRIORITY);
     }
 
     /// An authenticated QUIC connection from loopback address `from` that never sends its

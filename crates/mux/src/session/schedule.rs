@@ -2,8 +2,9 @@
 //! (by the [`Policy`](crate::Policy) over each lane's [`Load`]), where control
 //! frames go, and how a lane's transmit buffer is filled: control frames first,
 //! then stream frames within the lane's connection credit, directions that have sent less
-//! than [`BULK_BYTES`](crate::policy::BULK_BYTES) before the others and round-robin within
-//! each class.
+//! than [`BULK_BYTES`](crate::policy::BULK_BYTES) before the others: interactive ones in
+//! stream order (the oldest first, RFC 9218's order for non-incremental responses of one
+//! urgency), bulk ones round-robin.
 //!
 //! A lane's rate sample is fresh when the driver reported it with bytes in flight and
 //! not app-limited within the last [`STALE_ROUND_TRIPS`] round trips; otherwise the
@@ -65,14 +66,16 @@ impl Session {
             if credit == 0 {
                 break;
             }
-            // Interactive directions first (least attained service), round-robin within
-            // each class.
+            // Interactive directions first (least attained service), the oldest stream
+            // (lowest id) of them first; bulk directions round-robin.
             let streams = &self.streams;
             let pick = c
                 .sendq
                 .iter()
-                .position(|id| streams.get(id).is_some_and(|s| s.interactive()))
-                .unwrap_or(0);
+                .enumerate()
+                .filter(|(_, id)| streams.get(id).is_some_and(|s| s.interactive()))
+                .min_by_key(|(_, id)| **id)
+                .map_or(0, |(i, _)| i);
             let Some(id) = c.sendq.remove(pick) else {
                 break;
             };

@@ -1257,6 +1257,30 @@ fn interactive_directions_go_before_bulk_ones_on_a_lane() {
 }
 
 #[test]
+fn interactive_directions_on_a_lane_go_oldest_first() {
+    let (mut s, lanes, _t) = edge_with_lanes(1, Policy::LeastOutstanding);
+    let a = s.open(Kind::Http, "a:80", &[1u8; 50_000], true).unwrap();
+    let b = s.open(Kind::Http, "b:80", &[2u8; 50_000], true).unwrap();
+    let mut out = Vec::new();
+    s.poll_transmit(lanes[0], 20_000, &mut out);
+    // A newer stream does not overtake the ones before it.
+    let c = s.open(Kind::Http, "c:80", &[3u8; 1_000], true).unwrap();
+    let sent = |s: &Session, id| s.stream(id).map_or(u64::MAX, |st| st.bytes_sent);
+    while sent(&s, a) < 50_000 {
+        assert_eq!(sent(&s, b), 0, "b waits for the older a");
+        assert_eq!(sent(&s, c), 0);
+        assert!(s.poll_transmit(lanes[0], 16 * 1024, &mut out) > 0);
+    }
+    assert_eq!(sent(&s, c), 0);
+    while sent(&s, b) < 50_000 {
+        assert_eq!(sent(&s, c), 0, "c waits for the older b");
+        assert!(s.poll_transmit(lanes[0], 16 * 1024, &mut out) > 0);
+    }
+    s.poll_transmit(lanes[0], 16 * 1024, &mut out);
+    assert_eq!(sent(&s, c), 1_000);
+}
+
+#[test]
 fn a_lane_with_only_bulk_bytes_unacknowledged_is_bulk_while_another_carries_a_page() {
     let (mut s, lanes, t) = edge_with_lanes(2, Policy::LeastOutstanding);
     let a = bulk_stream(&mut s, lanes[0], t);
