@@ -343,53 +343,62 @@ fn dashboard_and_alert_metrics_exist_in_the_proxies_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys");
     gen_keys(&keys);
-    let rport = std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let remote_addr: SocketAddr = format!("127.0.0.1:{rport}").parse().unwrap();
-    let edge_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let edge_metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let remote_metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let tls = keys.to_string_lossy().to_string();
-    let remote = spawn(
+    // Each start takes fresh ports: a port free when chosen may be taken by another test
+    // before the proxy binds it (`spawn_on_free_port`), the metrics port as well.
+    let free = || -> SocketAddr { format!("127.0.0.1:{}", free_port()).parse().unwrap() };
+    let remote_metrics = std::cell::Cell::new(free());
+    let (_remote, rport) = spawn_on_free_port(
         &remote_bin(),
-        &[
-            "--listen".into(),
-            remote_addr.to_string(),
-            "--carrier".into(),
-            "auto".into(),
-            "--tls-dir".into(),
-            tls.clone(),
-            "--metrics-listen".into(),
-            remote_metrics.to_string(),
-        ],
         dir.path().join("remote.log"),
+        "remote-proxy starting",
+        true,
+        |port| {
+            remote_metrics.set(free());
+            vec![
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--carrier".into(),
+                "auto".into(),
+                "--tls-dir".into(),
+                tls.clone(),
+                "--metrics-listen".into(),
+                remote_metrics.get().to_string(),
+            ]
+        },
     );
-    wait_log(&remote, "remote-proxy starting");
+    let remote_metrics = remote_metrics.get();
+    let remote_addr: SocketAddr = format!("127.0.0.1:{rport}").parse().unwrap();
     let edge_toml = dir.path().join("edge.toml");
     std::fs::write(&edge_toml, "connect_ports = []\n").unwrap();
-    let edge = spawn(
+    let edge_metrics = std::cell::Cell::new(free());
+    let (edge, eport) = spawn_on_free_port(
         &edge_bin(),
-        &[
-            "--config".into(),
-            edge_toml.to_string_lossy().into(),
-            "--listen".into(),
-            edge_addr.to_string(),
-            "--remote".into(),
-            remote_addr.to_string(),
-            "--connections".into(),
-            "2".into(),
-            "--carrier".into(),
-            "auto".into(),
-            "--tls-dir".into(),
-            tls,
-            "--metrics-listen".into(),
-            edge_metrics.to_string(),
-        ],
         dir.path().join("edge.log"),
+        "edge-proxy starting",
+        false,
+        |port| {
+            edge_metrics.set(free());
+            vec![
+                "--config".into(),
+                edge_toml.to_string_lossy().into(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--remote".into(),
+                remote_addr.to_string(),
+                "--connections".into(),
+                "2".into(),
+                "--carrier".into(),
+                "auto".into(),
+                "--tls-dir".into(),
+                tls.clone(),
+                "--metrics-listen".into(),
+                edge_metrics.get().to_string(),
+            ]
+        },
     );
+    let edge_metrics = edge_metrics.get();
+    let edge_addr: SocketAddr = format!("127.0.0.1:{eport}").parse().unwrap();
     wait_port(edge_addr, Duration::from_secs(10));
     wait_port(edge_metrics, Duration::from_secs(10));
     wait_port(remote_metrics, Duration::from_secs(10));
