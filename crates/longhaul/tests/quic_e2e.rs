@@ -11,12 +11,30 @@ use std::time::Duration;
 
 use common::*;
 
-/// A free UDP port on loopback: a QUIC remote's listen address.
-fn udp_addr() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+/// `127.0.0.1:port`.
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A TCP port on loopback free a moment ago: a metrics listener's address.
+fn free_addr() -> SocketAddr {
+    loopback(free_port())
+}
+
+/// A remote with a QUIC listener and the keys in `keys`, on a port free when it binds
+/// (`spawn_on_free_port`), plus `extra()` arguments (called again on each try, so that ports
+/// in them are fresh too); its listen address.
+fn spawn_quic_remote(
+    keys: &Path,
+    extra: impl Fn() -> Vec<String>,
+    log: PathBuf,
+) -> (Proc, SocketAddr) {
+    let (p, port) = spawn_on_free_port(&remote_bin(), log, "remote-proxy starting", true, |port| {
+        let mut args = quic_remote_args(loopback(port), keys);
+        args.extend(extra());
+        args
+    });
+    (p, loopback(port))
 }
 
 /// The remote's arguments for a QUIC listener at `addr` with the keys in `keys`.
@@ -31,30 +49,31 @@ fn quic_remote_args(addr: SocketAddr, keys: &Path) -> Vec<String> {
     ]
 }
 
-/// An edge on `edge` with a 2-connection QUIC pool to `remote`, plus `extra` arguments.
+/// An edge with a 2-connection QUIC pool to `remote` on a port free when it binds, plus
+/// `extra()` arguments (called again on each try); its listen address.
 fn spawn_quic_edge(
-    edge: SocketAddr,
     remote: SocketAddr,
     keys: &Path,
-    extra: &[String],
+    extra: impl Fn() -> Vec<String>,
     log: PathBuf,
-) -> Proc {
-    let mut args = vec![
-        "--listen".to_string(),
-        edge.to_string(),
-        "--remote".into(),
-        remote.to_string(),
-        "--connections".into(),
-        "2".into(),
-        "--carrier".into(),
-        "quic".into(),
-        "--tls-dir".into(),
-        keys.to_string_lossy().into(),
-    ];
-    args.extend(extra.iter().cloned());
-    let p = spawn(&edge_bin(), &args, log);
-    wait_port(edge, Duration::from_secs(10));
-    p
+) -> (Proc, SocketAddr) {
+    let (p, port) = spawn_on_free_port(&edge_bin(), log, "edge-proxy starting", false, |port| {
+        let mut args = vec![
+            "--listen".to_string(),
+            loopback(port).to_string(),
+            "--remote".into(),
+            remote.to_string(),
+            "--connections".into(),
+            "2".into(),
+            "--carrier".into(),
+            "quic".into(),
+            "--tls-dir".into(),
+            keys.to_string_lossy().into(),
+        ];
+        args.extend(extra());
+        args
+    });
+    (p, loopback(port))
 }
 
 #[test]
@@ -65,28 +84,34 @@ fn curl_through_a_quic_pool() {
     let files = [("small", 1000), ("big", 20 * 1024 * 1024)];
     let origin = start_nginx(&files);
     let dir = tempfile::tempdir().unwrap();
-    let remote_addr = udp_addr();
-    let remote_metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let mut remote_args = quic_remote_args(remote_addr, k);
-    remote_args.extend(["--metrics-listen".into(), remote_metrics.to_string()]);
-    let remote = spawn(&remote_bin(), &remote_args, dir.path().join("remote.log"));
-    wait_log(&remote, "remote-proxy starting");
-    let edge_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let s = |v: &str| v.to_string();
-    let edge = spawn_quic_edge(
-        edge_addr,
+    let remote_metrics = std::cell::Cell::new(free_addr());
+    let (remote, remote_addr) = spawn_quic_remote(
+        k,
+        || {
+            remote_metrics.set(free_addr());
+            vec![s("--metrics-listen"), remote_metrics.get().to_string()]
+        },
+        dir.path().join("remote.log"),
+    );
+    let remote_metrics = remote_metrics.get();
+    let metrics = std::cell::Cell::new(free_addr());
+    let (edge, edge_addr) = spawn_quic_edge(
         remote_addr,
         k,
-        &[
-            s("--metrics-listen"),
-            metrics.to_string(),
-            // The test origin's HTTPS port is ephemeral.
-            s("--connect-ports"),
-            s("any"),
-        ],
+        || {
+            metrics.set(free_addr());
+            vec![
+                s("--metrics-listen"),
+                metrics.get().to_string(),
+                // The test origin's HTTPS port is ephemeral.
+                s("--connect-ports"),
+                s("any"),
+            ]
+        },
         dir.path().join("edge.log"),
     );
+    let metrics = metrics.get();
     wait_log(&edge, "QUIC pool connection up");
     wait_log(&remote, "QUIC pool connection up");
 
@@ -210,17 +235,15 @@ fn a_remote_restarted_after_a_crash_is_used_again_without_waiting_for_the_idle_t
         let _ = read_head(&mut s);
         let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
     });
-    let remote_addr = udp_addr();
+    let (mut remote, remote_addr) =
+        spawn_quic_remote(keys.path(), Vec::new, dir.path().join("remote.log"));
+    // The restarted remote must take the same address: started once, as the service would be.
     let rargs = quic_remote_args(remote_addr, keys.path());
-    let mut remote = spawn(&remote_bin(), &rargs, dir.path().join("remote.log"));
-    wait_log(&remote, "remote-proxy starting");
-    let edge_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     // Default keep-alive (10 s) and idle timeout (30 s).
-    let edge = spawn_quic_edge(
-        edge_addr,
+    let (edge, edge_addr) = spawn_quic_edge(
         remote_addr,
         keys.path(),
-        &[],
+        Vec::new,
         dir.path().join("edge.log"),
     );
     wait_log(&edge, "pool connected");
