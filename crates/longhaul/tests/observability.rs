@@ -346,18 +346,17 @@ fn dashboard_and_alert_metrics_exist_in_the_proxies_metrics() {
     let tls = keys.to_string_lossy().to_string();
     // Each start takes fresh ports: a port free when chosen may be taken by another test
     // before the proxy binds it (`spawn_on_free_port`), the metrics port as well.
-    let free = || -> SocketAddr { format!("127.0.0.1:{}", free_port()).parse().unwrap() };
-    let remote_metrics = std::cell::Cell::new(free());
+    let remote_metrics = std::cell::Cell::new(free_addr());
     let (_remote, rport) = spawn_on_free_port(
         &remote_bin(),
         dir.path().join("remote.log"),
         "remote-proxy starting",
         true,
         |port| {
-            remote_metrics.set(free());
+            remote_metrics.set(free_addr());
             vec![
                 "--listen".into(),
-                format!("127.0.0.1:{port}"),
+                loopback(port).to_string(),
                 "--carrier".into(),
                 "auto".into(),
                 "--tls-dir".into(),
@@ -368,22 +367,22 @@ fn dashboard_and_alert_metrics_exist_in_the_proxies_metrics() {
         },
     );
     let remote_metrics = remote_metrics.get();
-    let remote_addr: SocketAddr = format!("127.0.0.1:{rport}").parse().unwrap();
+    let remote_addr = loopback(rport);
     let edge_toml = dir.path().join("edge.toml");
     std::fs::write(&edge_toml, "connect_ports = []\n").unwrap();
-    let edge_metrics = std::cell::Cell::new(free());
+    let edge_metrics = std::cell::Cell::new(free_addr());
     let (edge, eport) = spawn_on_free_port(
         &edge_bin(),
         dir.path().join("edge.log"),
         "edge-proxy starting",
         false,
         |port| {
-            edge_metrics.set(free());
+            edge_metrics.set(free_addr());
             vec![
                 "--config".into(),
                 edge_toml.to_string_lossy().into(),
                 "--listen".into(),
-                format!("127.0.0.1:{port}"),
+                loopback(port).to_string(),
                 "--remote".into(),
                 remote_addr.to_string(),
                 "--connections".into(),
@@ -398,7 +397,7 @@ fn dashboard_and_alert_metrics_exist_in_the_proxies_metrics() {
         },
     );
     let edge_metrics = edge_metrics.get();
-    let edge_addr: SocketAddr = format!("127.0.0.1:{eport}").parse().unwrap();
+    let edge_addr = loopback(eport);
     wait_port(edge_addr, Duration::from_secs(10));
     wait_port(edge_metrics, Duration::from_secs(10));
     wait_port(remote_metrics, Duration::from_secs(10));

@@ -11,16 +11,6 @@ use std::time::Duration;
 
 use common::*;
 
-/// `127.0.0.1:port`.
-fn loopback(port: u16) -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-/// A TCP port on loopback free a moment ago: a metrics listener's address.
-fn free_addr() -> SocketAddr {
-    loopback(free_port())
-}
-
 /// A remote with a QUIC listener and the keys in `keys`, on a port free when it binds
 /// (`spawn_on_free_port`), plus `extra()` arguments (called again on each try, so that ports
 /// in them are fresh too); its listen address.

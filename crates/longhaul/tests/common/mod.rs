@@ -72,6 +72,16 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// `127.0.0.1:port`.
+pub fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A TCP address on loopback free a moment ago (a metrics listener's, say).
+pub fn free_addr() -> SocketAddr {
+    loopback(free_port())
+}
+
 /// A port free now on 127.0.0.1 for TCP and, if `udp`, for UDP too.
 fn free_port_for(udp: bool) -> u16 {
     loop {
