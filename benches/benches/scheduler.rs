@@ -55,6 +55,7 @@ fn session_with(n: usize, policy: Policy) -> (Session, Vec<mux::ConnId>) {
         max_streams: 1_000_000,
         // The largest connection credit: the bench never waits for a WINDOW.
         conn_window: Some(i32::MAX as u32),
+        features: None,
     }
     .encode(&mut hello);
     let ids: Vec<_> = (0..n)

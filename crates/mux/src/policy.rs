@@ -40,6 +40,11 @@ pub const EXPECTED_BINDING_BYTES: u64 = 64 * 1024;
 /// ([`crate::Session::lane_is_bulk`]). The QUIC carrier classes its streams by the same figure.
 pub const BULK_BYTES: u64 = 1 << 20;
 
+/// Largest page age a receiver honours (PROTOCOL.md §3.2): an OPEN that says its page began
+/// longer ago ranks as if it began this long ago, so no stream can claim to be older than
+/// everything else for ever.
+pub const MAX_PAGE_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How a direction of a stream picks its connection when its first bytes are
 /// ready to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

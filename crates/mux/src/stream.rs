@@ -69,6 +69,11 @@ pub(crate) struct Stream {
     /// RESET(CANCEL) right behind our FIN, on the same connection, so the peer
     /// still receives every byte we wrote (PROTOCOL.md §4.3).
     pub cancel_after_fin: bool,
+    /// Where the stream ranks among the interactive directions of its lane: when the page it
+    /// belongs to began (the opener's clock minus the page age it was opened with; on the
+    /// remote, the OPEN's arrival minus the age it carried, at most
+    /// [`crate::policy::MAX_PAGE_AGE`]). Older ranks are served first, ties in stream order.
+    pub rank: Option<std::time::Instant>,
 }
 
 impl Stream {
@@ -101,6 +106,7 @@ impl Stream {
             accounted: 0,
             unbound: false,
             cancel_after_fin: false,
+            rank: None,
         }
     }
 

@@ -19,6 +19,7 @@ fn hello() -> Vec<u8> {
         initial_window: 1 << 20,
         max_streams: 100,
         conn_window: Some(1 << 20),
+        features: None,
     }
     .encode(&mut b);
     b

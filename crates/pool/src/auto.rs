@@ -189,14 +189,15 @@ impl AutoPool {
         kind: Kind,
         target: &str,
         first: Bytes,
+        age: Duration,
     ) -> Result<MuxStream, PoolError> {
         if let Some(q) = self.quic_in_use() {
-            match q.open(kind, target, first.clone()).await {
+            match q.open(kind, target, first.clone(), age).await {
                 Err(PoolError::Unavailable | PoolError::Draining) => {}
                 r => return r,
             }
         }
-        Box::pin(self.inner.tcp.open(kind, target, first)).await
+        Box::pin(self.inner.tcp.open_aged(kind, target, first, age)).await
     }
 
     pub(crate) async fn try_open(
@@ -204,14 +205,15 @@ impl AutoPool {
         kind: Kind,
         target: &str,
         first: Bytes,
+        age: Duration,
     ) -> Result<MuxStream, PoolError> {
         if let Some(q) = self.quic_in_use() {
-            match q.try_open(kind, target, first.clone()).await {
+            match q.try_open(kind, target, first.clone(), age).await {
                 Err(PoolError::Unavailable | PoolError::Draining) => {}
                 r => return r,
             }
         }
-        Box::pin(self.inner.tcp.try_open(kind, target, first)).await
+        Box::pin(self.inner.tcp.try_open_aged(kind, target, first, age)).await
     }
 
     pub(crate) fn open_waiting(&self) -> usize {

@@ -237,15 +237,30 @@ impl Pool {
         target: &str,
         first: Bytes,
     ) -> Result<MuxStream, PoolError> {
+        self.open_aged(kind, target, first, Duration::ZERO).await
+    }
+
+    /// [`Pool::open`] for a request of a page that began `age` ago (as the caller tells
+    /// pages apart, e.g. by a client connection's burst of requests): on both sides the
+    /// stream ranks with the older pages' streams, which go first (PROTOCOL.md §5.1). An age
+    /// of zero ranks it by its opening, as [`Pool::open`] does.
+    pub async fn open_aged(
+        &self,
+        kind: Kind,
+        target: &str,
+        first: Bytes,
+        age: Duration,
+    ) -> Result<MuxStream, PoolError> {
         let m = match &self.mode {
-            Mode::Quic(q) => return q.open(kind, target, first).await,
-            Mode::Auto(a) => return a.open(kind, target, first).await,
+            Mode::Quic(q) => return q.open(kind, target, first, age).await,
+            Mode::Auto(a) => return a.open(kind, target, first, age).await,
             Mode::Mux(m) => m,
         };
+        let start = tokio::time::Instant::now();
         let id = m
             .shared
             .open_queue
-            .open(|| m.attempt(kind, target, &first))
+            .open(|| m.attempt(kind, target, &first, age + start.elapsed()))
             .await?;
         Ok(MuxStream::new(m.shared.clone(), id))
     }
@@ -260,15 +275,27 @@ impl Pool {
         target: &str,
         first: Bytes,
     ) -> Result<MuxStream, PoolError> {
+        self.try_open_aged(kind, target, first, Duration::ZERO)
+            .await
+    }
+
+    /// [`Pool::try_open`] with a page age, as [`Pool::open_aged`].
+    pub async fn try_open_aged(
+        &self,
+        kind: Kind,
+        target: &str,
+        first: Bytes,
+        age: Duration,
+    ) -> Result<MuxStream, PoolError> {
         let m = match &self.mode {
-            Mode::Quic(q) => return q.try_open(kind, target, first).await,
-            Mode::Auto(a) => return a.try_open(kind, target, first).await,
+            Mode::Quic(q) => return q.try_open(kind, target, first, age).await,
+            Mode::Auto(a) => return a.try_open(kind, target, first, age).await,
             Mode::Mux(m) => m,
         };
         let id = m
             .shared
             .open_queue
-            .try_open(|| m.attempt(kind, target, &first))?;
+            .try_open(|| m.attempt(kind, target, &first, age))?;
         Ok(MuxStream::new(m.shared.clone(), id))
     }
 
@@ -365,19 +392,20 @@ impl Pool {
 
 impl MuxPool {
     /// One try at opening a stream in the session.
-    fn attempt(&self, kind: Kind, target: &str, first: &[u8]) -> Attempt<u64> {
+    fn attempt(&self, kind: Kind, target: &str, first: &[u8], age: Duration) -> Attempt<u64> {
         if self.ctl.closed.load(Ordering::Acquire) {
             return Attempt::Done(Err(PoolError::Draining));
         }
-        self.shared
-            .op(|i| match i.session.open(kind, target, first, false) {
+        self.shared.op(
+            |i| match i.session.open_aged(kind, target, first, false, age) {
                 Ok(id) => {
                     i.wakers.insert(id, Default::default());
                     Attempt::Done(Ok(id))
                 }
                 Err(OpenError::StreamLimit { .. }) => Attempt::Full,
                 Err(e) => Attempt::Done(Err(e.into())),
-            })
+            },
+        )
     }
 }
 

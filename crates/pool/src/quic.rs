@@ -64,7 +64,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mux::{ErrorCode, Kind};
@@ -84,7 +84,9 @@ use crate::tls::{TlsClient, TlsServer, ALPN};
 use crate::{Incoming, MuxStream, PoolError, StreamError};
 
 pub use mux::frame::QUIC_MAPPING_VERSION;
-use mux::frame::{QuicHello, StreamHeader, QUIC_HELLO_LEN};
+use mux::frame::{
+    Features, QuicHello, QuicHelloReply, StreamHeader, QUIC_CONTROL_MAX, QUIC_HELLO_LEN,
+};
 /// Idle timeout: a connection that hears nothing from its peer this long is
 /// closed and re-dialled (black-hole detection). Three keep-alive periods.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -390,13 +392,25 @@ pub(crate) struct QConn {
     closed_why: std::sync::OnceLock<String>,
     /// What its streams report to its congestion controller (interactive or bulk).
     traffic: Arc<Traffic>,
+    /// When it came up: the origin of its streams' priorities ([`interactive_priority`]).
+    epoch: Instant,
+    /// Edge side: the remote's HELLO reply announced [`Features::PAGE_AGE`], so stream
+    /// headers carry the page age (§8.2).
+    page_age: bool,
 }
 
 impl QConn {
-    fn new(conn: Connection, queue: Option<Arc<OpenQueue>>, traffic: Arc<Traffic>) -> Arc<QConn> {
+    fn new(
+        conn: Connection,
+        queue: Option<Arc<OpenQueue>>,
+        traffic: Arc<Traffic>,
+        page_age: bool,
+    ) -> Arc<QConn> {
         Arc::new(QConn {
             conn,
             traffic,
+            epoch: Instant::now(),
+            page_age,
             written: AtomicU64::new(0),
             overhead: AtomicU64::new(0),
             streams: AtomicU32::new(0),
@@ -520,16 +534,19 @@ const BULK_PRIORITY: i32 = -1;
 /// Span of the interactive priorities, `1..=INTERACTIVE_SPAN`.
 const INTERACTIVE_SPAN: u64 = 1 << 30;
 
-/// quinn priority of an interactive stream: the older the stream (the lower its QUIC stream
-/// index on the connection), the higher, so interactive streams go out in the order they
-/// were opened, as on a TCP lane (PROTOCOL.md §5.1; RFC 9218 §10 serves non-incremental
-/// responses of one urgency in stream-id order). Under load the oldest pages finish at
-/// about their idle pace instead of every page slowing down together. Each stream has its own
-/// level, so quinn re-reads it whenever the stream has sent: the drop to [`BULK_PRIORITY`]
-/// takes effect at once. The order wraps every 2^30 streams of a connection: for a moment
-/// newer streams go first.
-fn interactive_priority(index: u64) -> i32 {
-    (INTERACTIVE_SPAN - index % INTERACTIVE_SPAN) as i32
+/// quinn priority of an interactive stream of rank `rank` (when its page began, as on a TCP
+/// lane: PROTOCOL.md §5.1) on a connection that came up at `epoch`: the older the rank, in
+/// milliseconds, the higher, so the oldest page's streams go out first (RFC 9218 §10 serves
+/// non-incremental responses of one urgency oldest first). Under load the oldest pages finish
+/// at about their idle pace instead of every page slowing down together. Streams of one
+/// millisecond share a level, which quinn serves in turn; otherwise each stream has its own,
+/// so quinn re-reads it whenever the stream has sent: the drop to [`BULK_PRIORITY`] takes
+/// effect at once. A rank is at most [`mux::policy::MAX_PAGE_AGE`] before its stream's
+/// opening, so never before `epoch` by more; the order wraps every 2^30 ms (12.4 days) of a
+/// connection's life, when for a moment newer streams go first.
+fn interactive_priority(epoch: Instant, rank: Instant) -> i32 {
+    let key = (rank + mux::policy::MAX_PAGE_AGE).saturating_duration_since(epoch);
+    (INTERACTIVE_SPAN - (key.as_millis() as u64) % INTERACTIVE_SPAN) as i32
 }
 
 /// One mux stream carried by one bidirectional QUIC stream.
@@ -552,20 +569,28 @@ pub(crate) struct QuicStream {
 }
 
 impl QuicStream {
-    fn new(id: u64, send: quinn::SendStream, recv: quinn::RecvStream, conn: Arc<QConn>) -> Self {
+    fn new(
+        id: u64,
+        send: quinn::SendStream,
+        recv: quinn::RecvStream,
+        conn: Arc<QConn>,
+        rank: Instant,
+    ) -> Self {
         conn.streams.fetch_add(1, Ordering::Relaxed);
-        QuicStream::reserved(id, send, recv, conn)
+        QuicStream::reserved(id, send, recv, conn, rank)
     }
 
-    /// A stream whose slot in `conn.streams` was already counted (a [`Reserved`] slot).
+    /// A stream whose slot in `conn.streams` was already counted (a [`Reserved`] slot),
+    /// ranked at `rank` among the connection's interactive streams.
     fn reserved(
         id: u64,
         send: quinn::SendStream,
         recv: quinn::RecvStream,
         conn: Arc<QConn>,
+        rank: Instant,
     ) -> Self {
         let class = SendClass::open(conn.traffic.clone());
-        let _ = send.set_priority(interactive_priority(send.id().index()));
+        let _ = send.set_priority(interactive_priority(conn.epoch, rank));
         QuicStream {
             id,
             send,
@@ -796,25 +821,36 @@ impl Drop for Reserved {
 }
 
 /// Stream header (§8.2, [`StreamHeader`]) followed by the first bytes.
-fn encode_header(kind: Kind, id: u64, target: &str, first: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(StreamHeader::encoded_len(target) + first.len());
-    StreamHeader::encode_parts(&mut b, kind, id, target);
+fn encode_header(kind: Kind, id: u64, target: &str, age_ms: Option<u32>, first: &[u8]) -> Vec<u8> {
+    let len = StreamHeader::encoded_len(target, age_ms.is_some());
+    let mut b = Vec::with_capacity(len + first.len());
+    StreamHeader::encode_parts(&mut b, kind, id, target, age_ms);
     b.extend_from_slice(first);
     b
 }
 
-async fn read_header(recv: &mut quinn::RecvStream) -> Result<(Kind, u64, String), String> {
+/// Reads a stream header (§8.2): kind, stream id, target and the page age it carried.
+async fn read_header(
+    recv: &mut quinn::RecvStream,
+) -> Result<(Kind, u64, String, Option<u32>), String> {
     let mut h = [0u8; StreamHeader::FIXED_LEN];
     recv.read_exact(&mut h)
         .await
         .map_err(|e| format!("stream header: {e}"))?;
-    let (kind, id, len) = StreamHeader::decode_fixed(&h).map_err(|e| e.to_string())?;
-    let mut t = vec![0u8; len];
+    let fixed = StreamHeader::decode_fixed(&h).map_err(|e| e.to_string())?;
+    let mut t = vec![0u8; fixed.rest_len()];
     recv.read_exact(&mut t)
         .await
         .map_err(|e| format!("stream target: {e}"))?;
-    let target = StreamHeader::decode_target(t).map_err(|e| e.to_string())?;
-    Ok((kind, id, target))
+    let (target, age) = StreamHeader::decode_rest(&fixed, t).map_err(|e| e.to_string())?;
+    Ok((fixed.kind, fixed.stream, target, age))
+}
+
+/// The rank of a stream opened or accepted at `at` for a page that began `age` before it,
+/// bounded by [`mux::policy::MAX_PAGE_AGE`] (§5.1).
+fn rank_at(at: Instant, age: Duration) -> Instant {
+    let age = age.min(mux::policy::MAX_PAGE_AGE);
+    at.checked_sub(age).unwrap_or(at)
 }
 
 // ---------------------------------------------------------------- edge
@@ -991,11 +1027,12 @@ impl QuicPool {
         kind: Kind,
         target: &str,
         first: Bytes,
+        age: Duration,
     ) -> Result<MuxStream, PoolError> {
         check_target(target)?;
         let start = tokio::time::Instant::now();
         let r = self.inner.queue.open(|| self.reserve()).await?;
-        self.open_on(r, kind, target, first, start).await
+        self.open_on(r, kind, target, first, start, age).await
     }
 
     pub(crate) async fn try_open(
@@ -1003,11 +1040,12 @@ impl QuicPool {
         kind: Kind,
         target: &str,
         first: Bytes,
+        age: Duration,
     ) -> Result<MuxStream, PoolError> {
         check_target(target)?;
         let start = tokio::time::Instant::now();
         let r = self.inner.queue.try_open(|| self.reserve())?;
-        self.open_on(r, kind, target, first, start).await
+        self.open_on(r, kind, target, first, start, age).await
     }
 
     /// Streams the up connections can carry at once.
@@ -1032,6 +1070,7 @@ impl QuicPool {
         target: &str,
         first: Bytes,
         start: tokio::time::Instant,
+        age: Duration,
     ) -> Result<MuxStream, PoolError> {
         // Ready at once unless the remote granted fewer streams than `stream_limit`, or its
         // credit for a slot that just freed here is still on its way: then quinn waits for
@@ -1049,13 +1088,22 @@ impl QuicPool {
             }
         };
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let head = encode_header(kind, id, target, &first);
+        // The age as of now: the time the open waited for a slot counts (§5.1).
+        let age = age + start.elapsed();
+        let age_ms = r
+            .conn
+            .page_age
+            .then(|| u32::try_from(age.as_millis()).unwrap_or(u32::MAX));
+        let head = encode_header(kind, id, target, age_ms, &first);
         if send.write_all(&head).await.is_err() {
             return Err(PoolError::Unavailable);
         }
         let conn = r.take();
         conn.written.fetch_add(head.len() as u64, Ordering::Relaxed);
-        Ok(MuxStream::quic(QuicStream::reserved(id, send, recv, conn)))
+        let rank = rank_at(Instant::now(), age);
+        Ok(MuxStream::quic(QuicStream::reserved(
+            id, send, recv, conn, rank,
+        )))
     }
 
     pub(crate) fn stats(&self) -> Vec<ConnStats> {
@@ -1154,8 +1202,9 @@ struct Dial {
 }
 
 impl Dial {
-    /// Resolves, handshakes, checks ALPN and sends the QUIC HELLO (§8.1).
-    async fn dial(&self) -> io::Result<(Connection, Arc<Traffic>)> {
+    /// Resolves, handshakes, checks ALPN and sends the QUIC HELLO (§8.1); also says whether
+    /// the remote's reply announced [`Features::PAGE_AGE`].
+    async fn dial(&self) -> io::Result<(Connection, Arc<Traffic>, bool)> {
         let addr = tokio::net::lookup_host(&self.remote)
             .await?
             .next()
@@ -1187,6 +1236,7 @@ impl Dial {
         let hello = QuicHello {
             version: QUIC_MAPPING_VERSION,
             session: self.session,
+            features: Some(Features::SUPPORTED),
         }
         .encode();
         ctl.write_all(&hello).await.map_err(io::Error::from)?;
@@ -1196,9 +1246,18 @@ impl Dial {
         // control stream is what says the connection was accepted (§8.1).
         let ack = tokio::time::timeout(self.timeout, async {
             let mut rs = conn.accept_uni().await.map_err(io::Error::other)?;
-            let mut b = [0u8; 1];
-            rs.read_exact(&mut b).await.map_err(io::Error::other)?;
-            Ok::<u8, io::Error>(b[0])
+            // The remote finishes its reply stream: read it whole (1 byte from a remote
+            // without features, 5 with).
+            let b = rs
+                .read_to_end(QUIC_CONTROL_MAX)
+                .await
+                .map_err(io::Error::other)?;
+            QuicHelloReply::decode(&b).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "empty HELLO reply from the remote",
+                )
+            })
         })
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no HELLO reply from the remote"))?
@@ -1209,14 +1268,15 @@ impl Dial {
             ),
             None => e,
         })?;
-        if ack != QUIC_MAPPING_VERSION {
+        if ack.version != QUIC_MAPPING_VERSION {
             conn.close(code(ErrorCode::VERSION_MISMATCH), b"unsupported version");
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("remote answered HELLO with version {ack}"),
+                format!("remote answered HELLO with version {}", ack.version),
             ));
         }
-        Ok((conn, traffic))
+        let page_age = ack.features.is_some_and(|f| f.contains(Features::PAGE_AGE));
+        Ok((conn, traffic, page_age))
     }
 }
 
@@ -1235,8 +1295,8 @@ async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: B
         set(LaneState::Connecting, None, !first);
         first = false;
         match dial.dial().await {
-            Ok((conn, traffic)) => {
-                let q = QConn::new(conn.clone(), Some(inner.queue.clone()), traffic);
+            Ok((conn, traffic, page_age)) => {
+                let q = QConn::new(conn.clone(), Some(inner.queue.clone()), traffic, page_age);
                 tracing::info!(slot, conn = q.id(), remote = %dial.remote, "QUIC pool connection up");
                 set(LaneState::Up, Some(q), false);
                 inner.up.notify_waiters();
@@ -1549,9 +1609,21 @@ async fn serve_conn(
     check_alpn(&conn, peer)?;
     let hello = tokio::time::timeout(hs, async {
         let mut ctl = conn.accept_uni().await.map_err(io::Error::other)?;
-        let mut h = [0u8; QUIC_HELLO_LEN];
-        ctl.read_exact(&mut h).await.map_err(io::Error::other)?;
-        Ok::<_, io::Error>(h)
+        // The edge finishes its control stream after the HELLO: read it whole (9 bytes from
+        // an edge without features, 13 with).
+        let h = ctl
+            .read_to_end(QUIC_CONTROL_MAX)
+            .await
+            .map_err(io::Error::other)?;
+        QuicHello::decode(&h).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "QUIC HELLO of {} bytes, at least {QUIC_HELLO_LEN} needed",
+                    h.len()
+                ),
+            )
+        })
     })
     .await;
     let h = match hello {
@@ -1568,7 +1640,9 @@ async fn serve_conn(
             ));
         }
     };
-    let QuicHello { version, session } = QuicHello::decode(&h);
+    let QuicHello {
+        version, session, ..
+    } = h;
     if version != QUIC_MAPPING_VERSION {
         conn.close(code(ErrorCode::VERSION_MISMATCH), b"unsupported version");
         return Err(io::Error::new(
@@ -1577,12 +1651,16 @@ async fn serve_conn(
         ));
     }
     let mut reply = conn.open_uni().await.map_err(io::Error::other)?;
+    let ack = QuicHelloReply {
+        version: QUIC_MAPPING_VERSION,
+        features: Some(Features::SUPPORTED),
+    };
     reply
-        .write_all(&[QUIC_MAPPING_VERSION])
+        .write_all(&ack.encode())
         .await
         .map_err(io::Error::other)?;
     let _ = reply.finish();
-    let q = QConn::new(conn.clone(), None, traffic);
+    let q = QConn::new(conn.clone(), None, traffic, false);
     let id = q.id();
     {
         // Counted and inserted under one lock, so the limit holds exactly.
@@ -1605,21 +1683,26 @@ async fn serve_conn(
         let inner = inner.clone();
         tokio::spawn(async move {
             let head = tokio::time::timeout(hs, read_header(&mut recv)).await;
-            let (kind, sid, target) = match head {
+            let arrived = Instant::now();
+            let (kind, sid, target, age_ms) = match head {
                 Ok(Ok(x)) => x,
                 Ok(Err(e)) => {
                     tracing::warn!(%peer, error = %e, "QUIC stream refused: bad header");
-                    let mut s = QuicStream::new(0, send, recv, q);
+                    let mut s = QuicStream::new(0, send, recv, q, arrived);
                     s.reset(ErrorCode::PROTOCOL_ERROR);
                     return;
                 }
                 Err(_) => {
-                    let mut s = QuicStream::new(0, send, recv, q);
+                    let mut s = QuicStream::new(0, send, recv, q, arrived);
                     s.reset(ErrorCode::TIMEOUT);
                     return;
                 }
             };
-            let stream = MuxStream::quic(QuicStream::new(sid, send, recv, q));
+            // Ranked by when its page began as the edge saw it (§5.1, §8.2); a header without
+            // an age (an edge without the feature) ranks by its arrival.
+            let age = Duration::from_millis(u64::from(age_ms.unwrap_or(0)));
+            let rank = rank_at(arrived, age);
+            let stream = MuxStream::quic(QuicStream::new(sid, send, recv, q, rank));
             if *inner.shutdown.borrow() {
                 stream.refuse();
                 return;
@@ -1648,6 +1731,7 @@ mod tests {
     use super::*;
     use crate::tls::{gen_keys, GenKeysOptions, TlsFiles};
     use crate::{Pool, PoolConfig, Server};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn files(dir: &std::path::Path, side: &str) -> TlsFiles {
         TlsFiles {
@@ -1659,25 +1743,40 @@ mod tests {
 
     #[test]
     fn older_interactive_streams_rank_first_and_every_one_above_bulk() {
-        let order: Vec<i32> = (0..1000).map(interactive_priority).collect();
-        assert!(order.windows(2).all(|w| w[0] > w[1]), "stream order");
-        for i in [
-            0,
-            1,
-            999,
-            INTERACTIVE_SPAN - 1,
-            INTERACTIVE_SPAN,
-            5 * INTERACTIVE_SPAN + 7,
+        let epoch = Instant::now();
+        let ms = Duration::from_millis;
+        // Streams ranked 0..1000 ms after the connection came up: the older, the higher.
+        let order: Vec<i32> = (0..1000)
+            .map(|i| interactive_priority(epoch, epoch + ms(i)))
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] > w[1]), "oldest first");
+        // A page that began before the connection (up to the largest age) ranks above it.
+        let before = epoch - mux::policy::MAX_PAGE_AGE;
+        assert!(interactive_priority(epoch, before) > interactive_priority(epoch, epoch));
+        for at in [
+            before,
+            epoch,
+            epoch + ms(999),
+            epoch + ms(INTERACTIVE_SPAN - 1),
+            epoch + ms(INTERACTIVE_SPAN),
+            epoch + ms(5 * INTERACTIVE_SPAN + 7),
         ] {
-            assert!(interactive_priority(i) > BULK_PRIORITY, "{i}");
-            assert!(interactive_priority(i) >= 1);
+            let p = interactive_priority(epoch, at);
+            assert!(p > BULK_PRIORITY, "{at:?}");
+            assert!(p >= 1, "{at:?}");
         }
-        // QUIC stream indexes go up to 2^60: past the span the order starts again.
+        // A rank older than the largest age accepted cannot happen (`rank_at` bounds it);
+        // it would rank as the oldest possible, not wrap.
         assert_eq!(
-            interactive_priority(INTERACTIVE_SPAN),
-            interactive_priority(0)
+            interactive_priority(epoch, before - ms(5)),
+            interactive_priority(epoch, before)
         );
-        assert!(interactive_priority((1 << 60) - 1) > BULK_PRIORITY);
+        let at = epoch + ms(10_000);
+        assert_eq!(
+            rank_at(at, Duration::from_secs(3600)),
+            at - mux::policy::MAX_PAGE_AGE
+        );
+        assert_eq!(rank_at(at, ms(1500)), at - ms(1500));
     }
 
     /// An authenticated QUIC connection from loopback address `from` that never sends its
@@ -1696,6 +1795,60 @@ mod tests {
             .unwrap()
             .await?;
         Ok((endpoint, conn))
+    }
+
+    /// A remote serves an edge of a release before features (a 9-byte HELLO, headers without
+    /// a page age) and tells it its own features in a reply such an edge reads the first byte
+    /// of; a header with a page age is served as well.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_remote_serves_edges_with_and_without_page_ages() {
+        let dir = tempfile::tempdir().unwrap();
+        gen_keys(dir.path(), &GenKeysOptions::default()).unwrap();
+        let tls = Arc::new(TlsServer::new(files(dir.path(), "remote")).unwrap());
+        let server = Server::bind_quic(
+            "127.0.0.1:0".parse().unwrap(),
+            ServerConfig::default(),
+            tls,
+            QuicOptions::default(),
+        )
+        .await
+        .unwrap();
+        let client = TlsClient::new(files(dir.path(), "edge"), "longhaul-remote").unwrap();
+        let (_endpoint, conn) = silent_from("127.0.0.1", server.local_addr(), &client)
+            .await
+            .unwrap();
+        let mut ctl = conn.open_uni().await.unwrap();
+        let old = QuicHello {
+            version: QUIC_MAPPING_VERSION,
+            session: 7,
+            features: None,
+        }
+        .encode();
+        assert_eq!(old.len(), QUIC_HELLO_LEN);
+        ctl.write_all(&old).await.unwrap();
+        ctl.finish().unwrap();
+        let mut rs = conn.accept_uni().await.unwrap();
+        let reply = rs.read_to_end(QUIC_CONTROL_MAX).await.unwrap();
+        assert_eq!(reply[0], QUIC_MAPPING_VERSION, "what an older edge reads");
+        let reply = QuicHelloReply::decode(&reply).unwrap();
+        assert!(reply.features.unwrap().contains(Features::PAGE_AGE));
+        for (id, age) in [(1, None), (2, Some(1500))] {
+            let (mut send, mut recv) = conn.open_bi().await.unwrap();
+            let head = encode_header(Kind::Http, id, "origin.test:80", age, b"ping");
+            send.write_all(&head).await.unwrap();
+            send.finish().unwrap();
+            let mut inc = tokio::time::timeout(Duration::from_secs(5), server.accept())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!((inc.id, inc.target.as_str()), (id, "origin.test:80"));
+            let mut got = Vec::new();
+            inc.stream.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, b"ping");
+            inc.stream.write_all(b"pong").await.unwrap();
+            inc.stream.shutdown().await.unwrap();
+            assert_eq!(recv.read_to_end(64).await.unwrap(), b"pong");
+        }
     }
 
     /// Authenticated peers that never send their HELLO hold handshake slots, at most

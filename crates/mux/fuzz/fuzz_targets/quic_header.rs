@@ -19,15 +19,19 @@ fuzz_target!(|data: &[u8]| {
             let fixed: &[u8; StreamHeader::FIXED_LEN] = data[..StreamHeader::FIXED_LEN]
                 .try_into()
                 .expect("fixed part");
-            let (kind, stream, len) =
-                StreamHeader::decode_fixed(fixed).expect("fixed part decodes");
-            assert_eq!((kind, stream, len), (h.kind, h.stream, h.target.len()));
+            let f = StreamHeader::decode_fixed(fixed).expect("fixed part decodes");
+            assert_eq!(
+                (f.kind, f.stream, f.target_len, f.aged),
+                (h.kind, h.stream, h.target.len(), h.age_ms.is_some())
+            );
         }
         Ok(None) => assert_eq!(src.len(), data.len()),
         Err(_) => {}
     }
-    if let Some(b) = data.get(..QUIC_HELLO_LEN) {
-        let b: &[u8; QUIC_HELLO_LEN] = b.try_into().expect("hello length");
-        assert_eq!(&QuicHello::decode(b).encode(), b);
+    if let Some(h) = QuicHello::decode(data) {
+        let b = h.encode();
+        assert_eq!(&b[..], &data[..b.len()]);
+    } else {
+        assert!(data.len() < QUIC_HELLO_LEN);
     }
 });

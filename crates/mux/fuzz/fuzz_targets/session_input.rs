@@ -23,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
         initial_window: 1 << 20,
         max_streams: 100,
         conn_window: Some(1 << 20),
+        features: None,
     }
     .encode(&mut hello);
     s.handle_input(a, &hello, t);

@@ -23,6 +23,25 @@ impl Role {
     }
 }
 
+/// Optional protocol features a sender announces in its HELLO (PROTOCOL.md §3.1): bit flags,
+/// each in force on a connection once both HELLOs carry it. Unknown bits are ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Features(pub u32);
+
+impl Features {
+    /// No optional feature.
+    pub const NONE: Features = Features(0);
+    /// The sender reads an OPEN's page age (flag `AGE`, §3.2) and ranks the stream by it.
+    pub const PAGE_AGE: Features = Features(0x1);
+    /// Every feature this implementation speaks.
+    pub const SUPPORTED: Features = Features::PAGE_AGE;
+
+    /// Whether every bit of `other` is set here.
+    pub fn contains(self, other: Features) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
 /// HELLO payload: version, role, pool session id and the sender's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
@@ -43,12 +62,17 @@ pub struct Hello {
     /// (PROTOCOL.md §4.1); an appended field, absent from peers that do not enforce connection
     /// credit (then neither side does).
     pub conn_window: Option<u32>,
+    /// Optional features the sender speaks (appended after `conn_window`, so sent only with
+    /// it; absent from peers that predate it, which then speak none).
+    pub features: Option<Features>,
 }
 
 /// Payload length of a HELLO without its appended fields (the shortest one accepted).
 pub const HELLO_LEN: usize = 2 + 1 + 8 + 4 + 4 + 4;
 /// Payload length of a HELLO with `conn_window`.
 pub const HELLO_CONN_WINDOW_LEN: usize = HELLO_LEN + 4;
+/// Payload length of a HELLO with `conn_window` and `features`.
+pub const HELLO_FEATURES_LEN: usize = HELLO_CONN_WINDOW_LEN + 4;
 
 impl Hello {
     /// Decodes a HELLO payload.
@@ -71,6 +95,7 @@ impl Hello {
         let (initial_window, max_streams) = (p.get_u32(), p.get_u32());
         // Appended fields are read when present; longer payloads are allowed (§3.1).
         let conn_window = (p.remaining() >= 4).then(|| p.get_u32());
+        let features = (p.remaining() >= 4).then(|| Features(p.get_u32()));
         Ok(Hello {
             version,
             role,
@@ -79,15 +104,17 @@ impl Hello {
             initial_window,
             max_streams,
             conn_window,
+            features,
         })
     }
 
-    /// Appends the encoded frame.
+    /// Appends the encoded frame. `features` is appended only with `conn_window` (the fields
+    /// are positional).
     pub fn encode(&self, dst: &mut impl BufMut) {
-        let len = if self.conn_window.is_some() {
-            HELLO_CONN_WINDOW_LEN
-        } else {
-            HELLO_LEN
+        let len = match (self.conn_window, self.features) {
+            (Some(_), Some(_)) => HELLO_FEATURES_LEN,
+            (Some(_), None) => HELLO_CONN_WINDOW_LEN,
+            (None, _) => HELLO_LEN,
         };
         put_header(dst, ty::HELLO, 0, 0, len);
         dst.put_u16(self.version);
@@ -98,6 +125,9 @@ impl Hello {
         dst.put_u32(self.max_streams);
         if let Some(w) = self.conn_window {
             dst.put_u32(w);
+            if let Some(f) = self.features {
+                dst.put_u32(f.0);
+            }
         }
     }
 
@@ -132,6 +162,7 @@ mod tests {
         #[test]
         fn round_trips(
             version: u16, edge: bool, session: u64, mf: u32, w: u32, ms: u32, cw: Option<u32>,
+            features: Option<u32>,
         ) {
             let f = Frame::Hello(Hello {
                 version,
@@ -141,6 +172,8 @@ mod tests {
                 initial_window: w,
                 max_streams: ms,
                 conn_window: cw,
+                // Positional: features travel only behind conn_window.
+                features: cw.and(features.map(Features)),
             });
             prop_assert_eq!(round_trip(&f), f);
         }
@@ -156,6 +189,7 @@ mod tests {
             initial_window: 65536,
             max_streams: 10,
             conn_window: None,
+            features: None,
         };
         let mut b = Vec::new();
         h.encode(&mut b);
@@ -169,6 +203,35 @@ mod tests {
         with.encode(&mut b);
         assert_eq!(b.len(), 5 + HELLO_CONN_WINDOW_LEN);
         assert_eq!(Hello::peek(&b), Ok(Some(with)));
+    }
+
+    #[test]
+    fn features_follow_conn_window_and_unknown_bits_are_kept_for_the_reader_to_ignore() {
+        let h = Hello {
+            version: 1,
+            role: Role::Remote,
+            session: 9,
+            max_frame_size: 16384,
+            initial_window: 65536,
+            max_streams: 10,
+            conn_window: Some(1 << 20),
+            features: Some(Features(Features::PAGE_AGE.0 | 0x8000_0000)),
+        };
+        let mut b = Vec::new();
+        h.encode(&mut b);
+        assert_eq!(b.len(), 5 + HELLO_FEATURES_LEN);
+        let got = Hello::peek(&b).unwrap().unwrap();
+        assert_eq!(got, h);
+        assert!(got.features.unwrap().contains(Features::PAGE_AGE));
+        // Without conn_window there is no place for features: a reader sees neither.
+        let bare = Hello {
+            conn_window: None,
+            ..h
+        };
+        b.clear();
+        bare.encode(&mut b);
+        assert_eq!(b.len(), 5 + HELLO_LEN);
+        assert_eq!(Hello::peek(&b).unwrap().unwrap().features, None);
     }
 
     #[test]

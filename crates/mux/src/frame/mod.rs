@@ -18,10 +18,13 @@ mod window;
 
 pub use data::Data;
 pub use goaway::GoAway;
-pub use hello::{Hello, Role, HELLO_LEN};
+pub use hello::{Features, Hello, Role, HELLO_LEN};
 pub use open::{Kind, Open, MAX_TARGET_LEN};
 pub use ping::Ping;
-pub use quic::{QuicHeaderError, QuicHello, StreamHeader, QUIC_HELLO_LEN, QUIC_MAPPING_VERSION};
+pub use quic::{
+    FixedHeader, QuicHeaderError, QuicHello, QuicHelloReply, StreamHeader, KIND_AGED,
+    QUIC_CONTROL_MAX, QUIC_HELLO_LEN, QUIC_MAPPING_VERSION,
+};
 pub use reset::Reset;
 pub use window::Window;
 
@@ -59,6 +62,8 @@ pub mod flags {
     pub const FIN: u8 = 0x1;
     /// On PING: this is the answer (PONG).
     pub const ACK: u8 = 0x1;
+    /// On OPEN: the payload starts with the page age (varint, ms; PROTOCOL.md §3.2).
+    pub const AGE: u8 = 0x2;
 }
 
 /// A decoded frame header (PROTOCOL.md §2).

@@ -35,7 +35,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::config::Config;
 use crate::error::{ConnError, ErrorCode};
-use crate::frame::{header_len, Frame, GoAway, Hello, Kind, Role, VERSION};
+use crate::frame::{header_len, Features, Frame, GoAway, Hello, Kind, Role, VERSION};
 use crate::policy::{Load, PathEstimate, Policy};
 use crate::stream::Stream;
 use credit::Credit;
@@ -123,6 +123,8 @@ struct Conn {
     /// Connection credit (PROTOCOL.md §4.1) is in force on this lane: the peer's HELLO
     /// granted some. Without it (a peer of an older release) neither side counts it.
     conn_credit: bool,
+    /// The peer's HELLO announced [`Features::PAGE_AGE`]: OPENs sent here carry the page age.
+    page_age: bool,
     /// Connection credit the peer granted us (0 until its HELLO).
     send: Credit,
     /// Connection credit we granted the peer for its frames towards us.
@@ -244,6 +246,7 @@ impl Session {
             initial_window: self.cfg.initial_window(),
             max_streams: self.cfg.max_streams,
             conn_window: Some(self.cfg.conn_window),
+            features: Some(Features::SUPPORTED),
         }
         .encode(&mut ctrl);
         self.conns.insert(
@@ -271,6 +274,7 @@ impl Session {
                 announced: false,
                 peer_draining: false,
                 conn_credit: false,
+                page_age: false,
                 send: Credit::new(0),
                 recv: Credit::new(0),
             },
@@ -569,6 +573,20 @@ impl Session {
         first: &[u8],
         fin: bool,
     ) -> Result<u64, OpenError> {
+        self.open_aged(kind, target, first, fin, Duration::ZERO)
+    }
+
+    /// [`Session::open`] for a request of a page that began `age` ago: the stream ranks with
+    /// the page's older streams on both sides (its OPEN carries the age where the lane's peer
+    /// reads it, PROTOCOL.md §3.2, §5.1). An age of zero ranks it by its opening.
+    pub fn open_aged(
+        &mut self,
+        kind: Kind,
+        target: &str,
+        first: &[u8],
+        fin: bool,
+        age: Duration,
+    ) -> Result<u64, OpenError> {
         if self.role != Role::Edge {
             return Err(OpenError::Invalid("only the edge opens streams"));
         }
@@ -617,6 +635,7 @@ impl Session {
             self.stream_recv_credit(),
         );
         s.open_target = Some(target.to_owned());
+        s.rank = self.clock.map(|c| c.checked_sub(age).unwrap_or(c));
         if !first.is_empty() {
             s.send_buf.push_back(Bytes::copy_from_slice(first));
             s.send_buf_len = first.len() as u64;

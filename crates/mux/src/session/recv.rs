@@ -4,14 +4,16 @@
 //! What it does NOT do: decode bytes (`crate::frame` does) or account credit
 //! (`super::credit` does); a handler's error closes the lane it came from.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use super::credit::Credit;
 use super::{ConnId, ConnState, Event, Session};
 use crate::error::{ConnError, ErrorCode};
-use crate::frame::{Frame, GoAway, Hello, Open, Reset, Role, Window, MAX_PAYLOAD_LEN, VERSION};
+use crate::frame::{
+    Features, Frame, GoAway, Hello, Open, Reset, Role, Window, MAX_PAYLOAD_LEN, VERSION,
+};
 use crate::stream::Stream;
 
 impl Session {
@@ -76,6 +78,7 @@ impl Session {
             c.peer_max_frame = (h.max_frame_size as usize).min(MAX_PAYLOAD_LEN);
             c.next_ping = now;
             c.conn_credit = h.conn_window.is_some();
+            c.page_age = h.features.is_some_and(|f| f.contains(Features::PAGE_AGE));
             c.send = Credit::new(h.conn_window.map_or(0, u64::from));
             c.recv = Credit::new(conn_window);
         }
@@ -134,6 +137,10 @@ impl Session {
             self.stream_recv_credit(),
         );
         s.recv_conn = Some(conn);
+        // Ranked by when its page began as the edge saw it (§5.1), bounded; an OPEN without
+        // an age (an edge without the feature) ranks by its arrival.
+        let age = Duration::from_millis(o.age_ms.unwrap_or(0)).min(crate::policy::MAX_PAGE_AGE);
+        s.rank = Some(now.checked_sub(age).unwrap_or(now));
         self.highest_accepted = self.highest_accepted.max(o.stream);
         self.recv_windows += s.recv.window();
         self.streams.insert(o.stream, s);

@@ -66,16 +66,31 @@ impl Session {
             if credit == 0 {
                 break;
             }
-            // Interactive directions first (least attained service), the oldest stream
-            // (lowest id) of them first; bulk directions round-robin.
+            // Interactive directions first (least attained service), the oldest page first
+            // (earliest rank), in stream order within one; bulk directions round-robin.
             let streams = &self.streams;
-            let pick = c
+            let mut pick = c
                 .sendq
                 .iter()
                 .enumerate()
-                .filter(|(_, id)| streams.get(id).is_some_and(|s| s.interactive()))
-                .min_by_key(|(_, id)| **id)
+                .filter_map(|(i, id)| {
+                    let s = streams.get(id).filter(|s| s.interactive())?;
+                    Some((i, (s.rank, *id)))
+                })
+                .min_by_key(|(_, key)| *key)
                 .map_or(0, |(i, _)| i);
+            // OPEN ids increase on a lane (§3.2): a stream not opened yet goes after every
+            // lower one waiting for its OPEN here, whatever their ranks (an OPEN is one frame).
+            let unopened = |id: &u64| streams.get(id).is_some_and(|s| s.open_target.is_some());
+            if c.sendq.get(pick).is_some_and(unopened) {
+                pick = c
+                    .sendq
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, id)| unopened(id))
+                    .min_by_key(|(_, id)| **id)
+                    .map_or(pick, |(i, _)| i);
+            }
             let Some(id) = c.sendq.remove(pick) else {
                 break;
             };
@@ -254,6 +269,12 @@ impl Session {
         credit: u64,
         out: &mut Vec<u8>,
     ) -> (bool, u64) {
+        let lane_page_age = self
+            .streams
+            .get(&id)
+            .and_then(|s| s.send_conn)
+            .and_then(|c| self.conns.get(&c))
+            .is_some_and(|c| c.page_age);
         let Some(s) = self.streams.get_mut(&id) else {
             return (false, 0);
         };
@@ -262,12 +283,19 @@ impl Session {
         }
         let sendable = s.sendable().min(credit) as usize;
         if let Some(target) = s.open_target.take() {
-            // PROTOCOL.md §3.2: OPEN carries the first bytes.
-            let room = max_frame.saturating_sub(Open::prefix_len(&target));
+            // PROTOCOL.md §3.2: OPEN carries the first bytes, and the page age where the
+            // lane's peer reads it (as of now: the time the OPEN waited here counts).
+            let age_ms = match (s.rank, self.clock) {
+                (Some(rank), Some(now)) if lane_page_age => {
+                    Some(now.saturating_duration_since(rank).as_millis() as u64)
+                }
+                _ => None,
+            };
+            let room = max_frame.saturating_sub(Open::prefix_len(&target, age_ms));
             let n = sendable.min(room);
             let data = s.take_send(n);
             let fin = s.fin_queued && s.send_buf_len == 0;
-            Open::encode_parts(out, id, s.kind, &target, &data, fin);
+            Open::encode_parts(out, id, s.kind, &target, &data, fin, age_ms);
             // The stream's starting window beyond the HELLO's initial one, granted right
             // behind its OPEN on the same lane: no round trip (`credit`, "Starting windows").
             // Nothing of the peer's direction has arrived yet, so all unreturned credit is

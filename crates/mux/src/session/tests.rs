@@ -178,6 +178,7 @@ fn hello_version_role_and_session_are_checked() {
             initial_window: 65536,
             max_streams: 10,
             conn_window: None,
+            features: None,
         }
         .encode(&mut b);
         assert_eq!(b.len(), 5 + HELLO_LEN);
@@ -208,8 +209,8 @@ fn handshake_times_out() {
 fn open_ids_must_increase_per_connection() {
     let mut p = Pair::new();
     let mut b = Vec::new();
-    Open::encode_parts(&mut b, 5, Kind::Http, "a:80", b"", false);
-    Open::encode_parts(&mut b, 3, Kind::Http, "a:80", b"", false);
+    Open::encode_parts(&mut b, 5, Kind::Http, "a:80", b"", false, None);
+    Open::encode_parts(&mut b, 3, Kind::Http, "a:80", b"", false, None);
     p.feed_remote(&b);
     let ev = p.remote_events();
     assert!(matches!(ev[0], Event::Incoming { id: 5, .. }));
@@ -233,8 +234,8 @@ fn sending_beyond_the_window_resets_only_that_stream() {
     let mut p = Pair::new();
     let window = cfg().stream_window as usize;
     let mut b = Vec::new();
-    Open::encode_parts(&mut b, 1, Kind::Tunnel, "a:1", b"", false);
-    Open::encode_parts(&mut b, 2, Kind::Tunnel, "a:2", b"ok", false);
+    Open::encode_parts(&mut b, 1, Kind::Tunnel, "a:1", b"", false, None);
+    Open::encode_parts(&mut b, 2, Kind::Tunnel, "a:2", b"ok", false, None);
     let chunk = vec![0u8; 16384];
     let mut sent = 0;
     while sent <= window {
@@ -373,7 +374,7 @@ fn more_than_the_connection_credit_closes_the_connection() {
     let chunk = vec![0u8; 10_000];
     let mut b = Vec::new();
     for id in 1..=3u64 {
-        Open::encode_parts(&mut b, id, Kind::Tunnel, "a:1", b"", false);
+        Open::encode_parts(&mut b, id, Kind::Tunnel, "a:1", b"", false, None);
     }
     // Each stream within its own window, the three together beyond the connection's.
     for id in 1..=3u64 {
@@ -431,6 +432,7 @@ fn a_peer_without_connection_credit_gets_the_legacy_limits() {
         initial_window: 1 << 20,
         max_streams: 100,
         conn_window: None,
+        features: None,
     }
     .encode(&mut b);
     remote.handle_input(r, &b, t);
@@ -440,7 +442,7 @@ fn a_peer_without_connection_credit_gets_the_legacy_limits() {
     b.clear();
     let window = c.stream_window as usize;
     for id in 1..=3u64 {
-        Open::encode_parts(&mut b, id, Kind::Tunnel, "a:1", b"x", false);
+        Open::encode_parts(&mut b, id, Kind::Tunnel, "a:1", b"x", false, None);
     }
     for id in 1..=2u64 {
         let mut sent = 1;
@@ -496,6 +498,7 @@ fn an_edge_with_a_remote_without_connection_credit_sends_as_before() {
         initial_window: c.stream_window,
         max_streams: 1000,
         conn_window: None,
+        features: None,
     }
     .encode(&mut b);
     edge.handle_input(e, &b, t);
@@ -783,9 +786,9 @@ fn frames_respect_the_peer_maximum_and_ids_cost_few_bytes() {
     assert!(buf.is_empty());
     assert_eq!(sizes.iter().sum::<usize>(), 40_000);
     assert!(sizes.iter().all(|s| *s <= 16384));
-    // 5 header + 3 kind/len + 3 target bytes of OPEN, 5-byte DATA headers.
+    // 5 header + 1 page age + 3 kind/len + 3 target bytes of OPEN, 5-byte DATA headers.
     let overhead = out.len() - 40_000;
-    assert_eq!(overhead, (5 + 3 + 3) + 5 * (sizes.len() - 1));
+    assert_eq!(overhead, (5 + 1 + 3 + 3) + 5 * (sizes.len() - 1));
     assert_eq!(data_overhead(id), 5);
 }
 
@@ -1112,6 +1115,7 @@ fn edge_with_lanes(n: usize, policy: Policy) -> (Session, Vec<ConnId>, Instant) 
         initial_window: 1 << 20,
         max_streams: 10_000,
         conn_window: Some(i32::MAX as u32),
+        features: None,
     }
     .encode(&mut hello);
     let lanes = (0..n)
@@ -1278,6 +1282,122 @@ fn interactive_directions_on_a_lane_go_oldest_first() {
     }
     s.poll_transmit(lanes[0], 16 * 1024, &mut out);
     assert_eq!(sent(&s, c), 1_000);
+}
+
+/// Bytes of the reply direction the remote has framed for stream `id`.
+fn reply_sent(p: &Pair, id: u64) -> u64 {
+    p.remote.stream(id).map_or(u64::MAX, |s| s.bytes_sent)
+}
+
+#[test]
+fn replies_of_an_older_page_go_first_whatever_their_stream_order() {
+    let mut p = Pair::with(tuned(), tuned());
+    // A page that began just now, then a request of a page that began two seconds ago.
+    let new = p.edge.open(Kind::Http, "a:80", b"GET /new", true).unwrap();
+    let old = p
+        .edge
+        .open_aged(
+            Kind::Http,
+            "b:80",
+            b"GET /old",
+            true,
+            Duration::from_secs(2),
+        )
+        .unwrap();
+    assert!(new < old);
+    p.shuttle();
+    // The OPENs went in id order (ids increase on a lane) though the newer page's is first.
+    let ev = p.remote_events();
+    assert!(
+        ev.iter()
+            .all(|e| !matches!(e, Event::ConnectionClosing { .. })),
+        "{ev:?}"
+    );
+    for id in [new, old] {
+        read_all(&mut p.remote, id);
+        assert_eq!(p.remote.send(id, &[7u8; 60_000]).unwrap(), 60_000);
+        p.remote.finish(id).unwrap();
+    }
+    let mut out = Vec::new();
+    while reply_sent(&p, old) < 60_000 {
+        assert_eq!(reply_sent(&p, new), 0, "the newer page's reply waits");
+        assert!(p.remote.poll_transmit(p.r, 16 * 1024, &mut out) > 0);
+    }
+    while reply_sent(&p, new) < 60_000 {
+        assert!(p.remote.poll_transmit(p.r, 16 * 1024, &mut out) > 0);
+    }
+}
+
+#[test]
+fn an_open_carries_its_page_age_only_to_a_peer_that_announced_it() {
+    let t = Instant::now();
+    let hello = |features| {
+        let mut b = Vec::new();
+        Hello {
+            version: VERSION,
+            role: Role::Remote,
+            session: 9,
+            max_frame_size: 16384,
+            initial_window: 1 << 20,
+            max_streams: 100,
+            conn_window: Some(1 << 30),
+            features,
+        }
+        .encode(&mut b);
+        b
+    };
+    let mut edge = Session::new(Role::Edge, 9, cfg(), Policy::LeastOutstanding);
+    let old = edge.add_connection(t);
+    edge.handle_input(old, &hello(None), t);
+    let id = edge
+        .open_aged(Kind::Http, "a:80", b"x", true, Duration::from_millis(1500))
+        .unwrap();
+    let opened = |edge: &mut Session, lane| {
+        let mut out = Vec::new();
+        edge.poll_transmit(lane, usize::MAX, &mut out);
+        let mut buf = BytesMut::from(&out[..]);
+        std::iter::from_fn(|| {
+            crate::frame::Frame::decode(&mut buf, 1 << 16)
+                .ok()
+                .flatten()
+        })
+        .find_map(|f| match f {
+            crate::frame::Frame::Open(o) => Some(o),
+            _ => None,
+        })
+        .expect("an OPEN")
+    };
+    // Its HELLO (this edge's own) goes first on the lane; then the OPEN, without an age.
+    let o = opened(&mut edge, old);
+    assert_eq!((o.stream, o.age_ms), (id, None));
+    let mut edge = Session::new(Role::Edge, 9, cfg(), Policy::LeastOutstanding);
+    let new = edge.add_connection(t);
+    edge.handle_input(new, &hello(Some(Features::PAGE_AGE)), t);
+    edge.open_aged(Kind::Http, "a:80", b"x", true, Duration::from_millis(1500))
+        .unwrap();
+    assert_eq!(opened(&mut edge, new).age_ms, Some(1500));
+}
+
+#[test]
+fn a_page_age_beyond_the_maximum_ranks_as_the_maximum() {
+    let mut p = Pair::with(tuned(), tuned());
+    let cap = crate::policy::MAX_PAGE_AGE;
+    // Raw OPENs: stream 1 claims the maximum, stream 2 ten times it; both rank at the
+    // maximum, so stream order decides.
+    let mut b = Vec::new();
+    let ms = cap.as_millis() as u64;
+    Open::encode_parts(&mut b, 1, Kind::Http, "a:80", b"", true, Some(ms));
+    Open::encode_parts(&mut b, 2, Kind::Http, "b:80", b"", true, Some(10 * ms));
+    p.feed_remote(&b);
+    p.remote_events();
+    for id in [1, 2] {
+        assert_eq!(p.remote.send(id, &[1u8; 40_000]).unwrap(), 40_000);
+    }
+    let mut out = Vec::new();
+    while reply_sent(&p, 1) < 40_000 {
+        assert_eq!(reply_sent(&p, 2), 0, "no stream outranks the maximum");
+        assert!(p.remote.poll_transmit(p.r, 16 * 1024, &mut out) > 0);
+    }
 }
 
 #[test]
