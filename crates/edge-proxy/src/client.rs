@@ -38,6 +38,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use crate::conn::{Abort, ClientConn};
 use crate::errors::{answer, EdgeError};
+use crate::page::{self, PageClock};
 use crate::transport::{FarFailure, StreamKind, Transport};
 use crate::tunnel;
 use app::access::{Access, Peer};
@@ -168,6 +169,7 @@ pub async fn serve<T: Transport, C: ClientConn>(
     // requests of a keep-alive connection the idle timeout applies.
     let mut wait = s.header_timeout.min(s.idle_timeout);
     let mut until = tokio::time::Instant::now() + wait;
+    let mut page = PageClock::default();
     loop {
         // Idle, with nothing read and no reply owed: the connection holds no buffer and no
         // request state until the client sends again (as nginx's keep-alive state does).
@@ -184,8 +186,14 @@ pub async fn serve<T: Transport, C: ClientConn>(
             tracing::debug!(%peer, wait_ms = wait.as_millis() as u64, "idle client connection closed");
             break;
         }
-        match Box::pin(session(&ctx, &mut sock, peer, entry, wait, until)).await {
+        let page_start = page.busy(Instant::now());
+        match Box::pin(session(
+            &ctx, &mut sock, peer, entry, wait, until, page_start,
+        ))
+        .await
+        {
             Session::Idle { wait: w, until: u } => {
+                page.idle(Instant::now());
                 wait = w;
                 until = u;
             }
@@ -261,6 +269,7 @@ async fn session<T: Transport, C: ClientConn>(
     entry: Entry,
     wait: Duration,
     until: tokio::time::Instant,
+    page_start: Instant,
 ) -> Session {
     // Borrowed halves: the socket itself is closed by `serve`, after both sides are done, so
     // an aborted reply ends with a reset and never with a clean FIN.
@@ -268,7 +277,9 @@ async fn session<T: Transport, C: ClientConn>(
     let (tx, rx) = mpsc::channel(ctx.settings.max_pipeline.max(1));
     let cause = Arc::new(OnceLock::new());
     let owed = Owed::default();
-    let reader = read_requests(ctx, rd, tx, peer, entry, &cause, &owed, wait, until);
+    let reader = read_requests(
+        ctx, rd, tx, peer, entry, &cause, &owed, wait, until, page_start,
+    );
     let writer = write_replies(ctx, wr, rx, peer, &cause, &owed);
     tokio::pin!(reader, writer);
     tokio::select! {
@@ -687,6 +698,7 @@ async fn read_requests<T: Transport, R: AsyncRead + Unpin + Send>(
     owed: &Owed,
     mut wait: Duration,
     until: tokio::time::Instant,
+    page_start: Instant,
 ) -> Result<Read, String> {
     let s = &ctx.settings;
     let mut buf = BytesMut::with_capacity(8192);
@@ -832,7 +844,12 @@ async fn read_requests<T: Transport, R: AsyncRead + Unpin + Send>(
         let first = Bytes::from(prep.head);
         let stream = match ctx
             .transport
-            .open(StreamKind::Http, &target, first.clone())
+            .open_aged(
+                StreamKind::Http,
+                &target,
+                first.clone(),
+                page::age(page_start, Instant::now()),
+            )
             .await
         {
             Ok(s) => s,

@@ -53,6 +53,7 @@ use tokio_rustls::server::TlsStream;
 use crate::client::{self, ConnectReply, Ctx, Entry, VIA};
 use crate::conn::Abort;
 use crate::errors::EdgeError;
+use crate::page::{self, PageClock};
 use crate::transport::{StreamKind, Transport};
 use crate::tunnel;
 use http1::{BodyKind, CopyError, Header, OutFraming, RequestHead, ResponseHead};
@@ -105,8 +106,15 @@ pub(crate) async fn serve<T: Transport>(
     let mut closing = false;
     let idle = tokio::time::sleep(s.idle_timeout);
     tokio::pin!(idle);
+    // The connection's page (`crate::page`): busy while a stream is open.
+    let mut page = PageClock::default();
+    let mut busy = false;
     loop {
         while streams.try_join_next().is_some() {}
+        if streams.is_empty() && busy {
+            page.idle(Instant::now());
+            busy = false;
+        }
         if streams.is_empty() && !closing {
             // The idle timeout runs while no stream is open.
             if idle.is_elapsed() {
@@ -121,7 +129,9 @@ pub(crate) async fn serve<T: Transport>(
         tokio::select! {
             r = conn.accept() => match r {
                 Some(Ok((req, respond))) => {
-                    streams.spawn(stream(ctx.clone(), req, respond, peer));
+                    let page_start = page.busy(Instant::now());
+                    busy = true;
+                    streams.spawn(stream(ctx.clone(), req, respond, peer, page_start));
                 }
                 Some(Err(e)) => {
                     if !e.is_io() || !closing {
@@ -172,6 +182,7 @@ async fn stream<T: Transport>(
     req: Request<RecvStream>,
     respond: SendResponse<Bytes>,
     peer: SocketAddr,
+    page_start: Instant,
 ) {
     let started = Instant::now();
     if req.method() == Method::CONNECT {
@@ -181,7 +192,7 @@ async fn stream<T: Transport>(
     let method = req.method().as_str().to_string();
     let target = req.uri().to_string();
     let record = Access::new(Peer::Client(peer), &method, &target, started);
-    match request(&ctx, req, respond).await {
+    match request(&ctx, req, respond, page_start).await {
         Ok(o) => Access {
             status: o.status,
             bytes_up: o.up,
@@ -259,6 +270,7 @@ async fn request<T: Transport>(
     ctx: &Ctx<T>,
     req: Request<RecvStream>,
     mut respond: SendResponse<Bytes>,
+    page_start: Instant,
 ) -> Result<Outcome, (EdgeError, SendResponse<Bytes>)> {
     let (head, chunked) = match h1_head(&req) {
         Ok(h) => h,
@@ -287,9 +299,10 @@ async fn request<T: Transport>(
     let whole = matches!(prep.body, BodyKind::None | BodyKind::Length(0));
     let target = prep.auth.target();
     let first = Bytes::from(prep.head);
+    let age = page::age(page_start, Instant::now());
     let stream = match ctx
         .transport
-        .open(StreamKind::Http, &target, first.clone())
+        .open_aged(StreamKind::Http, &target, first.clone(), age)
         .await
     {
         Ok(s) => s,

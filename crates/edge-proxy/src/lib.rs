@@ -24,6 +24,7 @@ pub mod conn;
 pub mod errors;
 pub mod h2proxy;
 pub mod https;
+pub mod page;
 pub mod pool_transport;
 pub mod remotes;
 pub mod server;

@@ -27,7 +27,17 @@ impl Transport for Pool {
         target: &str,
         first: Bytes,
     ) -> Result<MuxStream, OpenError> {
-        let s = Pool::open(self, kind.mux(), target, first)
+        Transport::open_aged(self, kind, target, first, Duration::ZERO).await
+    }
+
+    async fn open_aged(
+        &self,
+        kind: StreamKind,
+        target: &str,
+        first: Bytes,
+        age: Duration,
+    ) -> Result<MuxStream, OpenError> {
+        let s = Pool::open_aged(self, kind.mux(), target, first, age)
             .await
             .map_err(open_error)?;
         app::metrics::stream_opened(kind.label());

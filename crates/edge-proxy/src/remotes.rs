@@ -160,10 +160,21 @@ impl Transport for Remotes {
         target: &str,
         first: Bytes,
     ) -> Result<MuxStream, OpenError> {
+        Transport::open_aged(self, kind, target, first, Duration::ZERO).await
+    }
+
+    async fn open_aged(
+        &self,
+        kind: StreamKind,
+        target: &str,
+        first: Bytes,
+        age: Duration,
+    ) -> Result<MuxStream, OpenError> {
         let remotes = &self.inner.remotes;
         if remotes.len() == 1 {
-            return Transport::open(&remotes[0].pool, kind, target, first).await;
+            return Transport::open_aged(&remotes[0].pool, kind, target, first, age).await;
         }
+        let start = std::time::Instant::now();
         // First pass: no waiting, so a remote with a free stream slot is used at once even if
         // a less loaded one is at its stream limit.
         let (mux_kind, label) = (kind.mux(), kind.label());
@@ -171,7 +182,11 @@ impl Transport for Remotes {
         let mut busy = None;
         for i in self.order() {
             let r = &remotes[i];
-            match r.pool.try_open(mux_kind, target, first.clone()).await {
+            match r
+                .pool
+                .try_open_aged(mux_kind, target, first.clone(), age)
+                .await
+            {
                 Ok(s) => {
                     app::metrics::stream_opened(label);
                     return Ok(s);
@@ -185,7 +200,8 @@ impl Transport for Remotes {
         // Every remote that is up is at its stream limit: wait (bounded) on the best of them.
         if let Some(i) = busy {
             let r = &remotes[i];
-            return match Transport::open(&r.pool, kind, target, first).await {
+            let age = age + start.elapsed();
+            return match Transport::open_aged(&r.pool, kind, target, first, age).await {
                 Ok(s) => Ok(s),
                 Err(e) => {
                     reasons.push(format!("{}: {}", r.name, e.reason));

@@ -96,6 +96,20 @@ pub trait Transport: Send + Sync + 'static {
         first: Bytes,
     ) -> impl Future<Output = Result<Self::Stream, OpenError>> + Send;
 
+    /// [`Transport::open`] for a request of a page that began `age` ago ([`crate::page`]): the
+    /// transport may rank it with that page's older streams (PROTOCOL.md §5.1). A transport
+    /// without such an order opens it as any other.
+    fn open_aged(
+        &self,
+        kind: StreamKind,
+        target: &str,
+        first: Bytes,
+        age: std::time::Duration,
+    ) -> impl Future<Output = Result<Self::Stream, OpenError>> + Send {
+        let _ = age;
+        self.open(kind, target, first)
+    }
+
     /// If `err` (from reading or writing a stream) reports a far-side failure, what it was.
     fn failure(&self, err: &io::Error) -> Option<FarFailure>;
 }
