@@ -2,9 +2,10 @@
 //! (by the [`Policy`](crate::Policy) over each lane's [`Load`]), where control
 //! frames go, and how a lane's transmit buffer is filled: control frames first,
 //! then stream frames within the lane's connection credit, directions that have sent less
-//! than [`BULK_BYTES`](crate::policy::BULK_BYTES) before the others: interactive ones in
-//! stream order (the oldest first, RFC 9218's order for non-incremental responses of one
-//! urgency), bulk ones round-robin.
+//! than [`BULK_BYTES`](crate::policy::BULK_BYTES) before the others: interactive ones by
+//! page, the oldest rank first (a stream's opening or arrival minus the page age its OPEN
+//! carried; RFC 9218's order for non-incremental responses of one urgency), ties and OPENs in
+//! stream order; bulk ones round-robin.
 //!
 //! A lane's rate sample is fresh when the driver reported it with bytes in flight and
 //! not app-limited within the last [`STALE_ROUND_TRIPS`] round trips; otherwise the
