@@ -21,15 +21,6 @@ use app::config::CarrierName;
 impl Transport for Pool {
     type Stream = MuxStream;
 
-    async fn open(
-        &self,
-        kind: StreamKind,
-        target: &str,
-        first: Bytes,
-    ) -> Result<MuxStream, OpenError> {
-        Transport::open_aged(self, kind, target, first, Duration::ZERO).await
-    }
-
     async fn open_aged(
         &self,
         kind: StreamKind,

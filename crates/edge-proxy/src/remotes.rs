@@ -154,15 +154,6 @@ pub fn order(loads: &[PoolLoad], start: usize) -> Vec<usize> {
 impl Transport for Remotes {
     type Stream = MuxStream;
 
-    async fn open(
-        &self,
-        kind: StreamKind,
-        target: &str,
-        first: Bytes,
-    ) -> Result<MuxStream, OpenError> {
-        Transport::open_aged(self, kind, target, first, Duration::ZERO).await
-    }
-
     async fn open_aged(
         &self,
         kind: StreamKind,

@@ -88,26 +88,25 @@ pub trait Transport: Send + Sync + 'static {
     /// The stream type; a duplex byte stream whose `poll_shutdown` sends FIN for our direction.
     type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
 
-    /// Opens a stream of `kind` to `target` (`host:port`), with `first` as its first bytes.
-    fn open(
-        &self,
-        kind: StreamKind,
-        target: &str,
-        first: Bytes,
-    ) -> impl Future<Output = Result<Self::Stream, OpenError>> + Send;
-
-    /// [`Transport::open`] for a request of a page that began `age` ago ([`crate::page`]): the
-    /// transport may rank it with that page's older streams (PROTOCOL.md §5.1). A transport
-    /// without such an order opens it as any other.
+    /// Opens a stream of `kind` to `target` (`host:port`), with `first` as its first bytes, for
+    /// a request of a page that began `age` ago ([`crate::page`]): the transport may rank it
+    /// with that page's older streams (PROTOCOL.md §5.1), or open it as any other.
     fn open_aged(
         &self,
         kind: StreamKind,
         target: &str,
         first: Bytes,
         age: std::time::Duration,
+    ) -> impl Future<Output = Result<Self::Stream, OpenError>> + Send;
+
+    /// [`Transport::open_aged`] for a stream of no page (a tunnel) or a page just begun.
+    fn open(
+        &self,
+        kind: StreamKind,
+        target: &str,
+        first: Bytes,
     ) -> impl Future<Output = Result<Self::Stream, OpenError>> + Send {
-        let _ = age;
-        self.open(kind, target, first)
+        self.open_aged(kind, target, first, std::time::Duration::ZERO)
     }
 
     /// If `err` (from reading or writing a stream) reports a far-side failure, what it was.

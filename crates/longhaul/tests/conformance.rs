@@ -36,11 +36,12 @@ struct Local {
 impl Transport for Local {
     type Stream = DuplexStream;
 
-    async fn open(
+    async fn open_aged(
         &self,
         kind: StreamKind,
         target: &str,
         first: Bytes,
+        _age: std::time::Duration,
     ) -> Result<DuplexStream, OpenError> {
         let (mut near, far) = tokio::io::duplex(256 * 1024);
         let id = self.ids.fetch_add(1, Ordering::Relaxed);

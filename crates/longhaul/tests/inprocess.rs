@@ -83,7 +83,13 @@ struct Local {
 impl Transport for Local {
     type Stream = Near;
 
-    async fn open(&self, kind: StreamKind, target: &str, first: Bytes) -> Result<Near, OpenError> {
+    async fn open_aged(
+        &self,
+        kind: StreamKind,
+        target: &str,
+        first: Bytes,
+        _age: std::time::Duration,
+    ) -> Result<Near, OpenError> {
         let failing = self
             .fail_first
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))

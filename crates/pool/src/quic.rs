@@ -84,9 +84,7 @@ use crate::tls::{TlsClient, TlsServer, ALPN};
 use crate::{Incoming, MuxStream, PoolError, StreamError};
 
 pub use mux::frame::QUIC_MAPPING_VERSION;
-use mux::frame::{
-    Features, QuicHello, QuicHelloReply, StreamHeader, QUIC_CONTROL_MAX, QUIC_HELLO_LEN,
-};
+use mux::frame::{Features, QuicHello, QuicHelloReply, StreamHeader, QUIC_CONTROL_MAX};
 /// Idle timeout: a connection that hears nothing from its peer this long is
 /// closed and re-dialled (black-hole detection). Three keep-alive periods.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -829,6 +827,25 @@ fn encode_header(kind: Kind, id: u64, target: &str, age_ms: Option<u32>, first: 
     b
 }
 
+/// Reads a control-stream message (§8.1) whole, as its sender finishes the stream after it,
+/// at most [`QUIC_CONTROL_MAX`] bytes, and decodes it.
+async fn read_control<T>(
+    rs: &mut quinn::RecvStream,
+    decode: fn(&[u8]) -> Option<T>,
+    what: &str,
+) -> io::Result<T> {
+    let b = rs
+        .read_to_end(QUIC_CONTROL_MAX)
+        .await
+        .map_err(io::Error::other)?;
+    decode(&b).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{what} of {} bytes is too short", b.len()),
+        )
+    })
+}
+
 /// Reads a stream header (§8.2): kind, stream id, target and the page age it carried.
 async fn read_header(
     recv: &mut quinn::RecvStream,
@@ -1253,18 +1270,8 @@ impl Dial {
         // control stream is what says the connection was accepted (§8.1).
         let ack = tokio::time::timeout(self.timeout, async {
             let mut rs = conn.accept_uni().await.map_err(io::Error::other)?;
-            // The remote finishes its reply stream: read it whole (1 byte from a remote
-            // without features, 5 with).
-            let b = rs
-                .read_to_end(QUIC_CONTROL_MAX)
-                .await
-                .map_err(io::Error::other)?;
-            QuicHelloReply::decode(&b).ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "empty HELLO reply from the remote",
-                )
-            })
+            // 1 byte from a remote without features, 5 with.
+            read_control(&mut rs, QuicHelloReply::decode, "HELLO reply").await
         })
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no HELLO reply from the remote"))?
@@ -1627,21 +1634,8 @@ async fn serve_conn(
     check_alpn(&conn, peer)?;
     let hello = tokio::time::timeout(hs, async {
         let mut ctl = conn.accept_uni().await.map_err(io::Error::other)?;
-        // The edge finishes its control stream after the HELLO: read it whole (9 bytes from
-        // an edge without features, 13 with).
-        let h = ctl
-            .read_to_end(QUIC_CONTROL_MAX)
-            .await
-            .map_err(io::Error::other)?;
-        QuicHello::decode(&h).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "QUIC HELLO of {} bytes, at least {QUIC_HELLO_LEN} needed",
-                    h.len()
-                ),
-            )
-        })
+        // 9 bytes from an edge without features, 13 with.
+        read_control(&mut ctl, QuicHello::decode, "QUIC HELLO").await
     })
     .await;
     let h = match hello {
@@ -1749,6 +1743,7 @@ mod tests {
     use super::*;
     use crate::tls::{gen_keys, GenKeysOptions, TlsFiles};
     use crate::{Pool, PoolConfig, Server};
+    use mux::frame::QUIC_HELLO_LEN;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn files(dir: &std::path::Path, side: &str) -> TlsFiles {
