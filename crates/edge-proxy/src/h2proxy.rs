@@ -108,12 +108,10 @@ pub(crate) async fn serve<T: Transport>(
     tokio::pin!(idle);
     // The connection's page (`crate::page`): busy while a stream is open.
     let mut page = PageClock::default();
-    let mut busy = false;
     loop {
         while streams.try_join_next().is_some() {}
-        if streams.is_empty() && busy {
+        if streams.is_empty() && page.is_busy() {
             page.idle(Instant::now());
-            busy = false;
         }
         if streams.is_empty() && !closing {
             // The idle timeout runs while no stream is open.
@@ -130,7 +128,6 @@ pub(crate) async fn serve<T: Transport>(
             r = conn.accept() => match r {
                 Some(Ok((req, respond))) => {
                     let page_start = page.busy(Instant::now());
-                    busy = true;
                     streams.spawn(stream(ctx.clone(), req, respond, peer, page_start));
                 }
                 Some(Err(e)) => {

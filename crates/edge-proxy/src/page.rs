@@ -51,6 +51,12 @@ impl PageClock {
         start
     }
 
+    /// Whether requests are being served (between [`PageClock::busy`] and
+    /// [`PageClock::idle`]).
+    pub fn is_busy(&self) -> bool {
+        self.start.is_some() && self.idle_since.is_none()
+    }
+
     /// Nothing is owed on the connection any more, at `now`.
     pub fn idle(&mut self, now: Instant) {
         self.idle_since = Some(now);

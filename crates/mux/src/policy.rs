@@ -45,6 +45,13 @@ pub const BULK_BYTES: u64 = 1 << 20;
 /// everything else for ever.
 pub const MAX_PAGE_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The rank of a stream opened or received at `at` for a page that began `age` before it
+/// (PROTOCOL.md §5.1): `at − age`, the age bounded by [`MAX_PAGE_AGE`]. Both carriers rank
+/// their streams with it.
+pub fn page_rank(at: std::time::Instant, age: std::time::Duration) -> std::time::Instant {
+    at.checked_sub(age.min(MAX_PAGE_AGE)).unwrap_or(at)
+}
+
 /// How a direction of a stream picks its connection when its first bytes are
 /// ready to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

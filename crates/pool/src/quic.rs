@@ -863,13 +863,6 @@ async fn read_header(
     Ok((fixed.kind, fixed.stream, target, age))
 }
 
-/// The rank of a stream opened or accepted at `at` for a page that began `age` before it,
-/// bounded by [`mux::policy::MAX_PAGE_AGE`] (§5.1).
-fn rank_at(at: Instant, age: Duration) -> Instant {
-    let age = age.min(mux::policy::MAX_PAGE_AGE);
-    at.checked_sub(age).unwrap_or(at)
-}
-
 // ---------------------------------------------------------------- edge
 
 fn check_target(target: &str) -> Result<(), PoolError> {
@@ -1117,7 +1110,7 @@ impl QuicPool {
         }
         let conn = r.take();
         conn.written.fetch_add(head.len() as u64, Ordering::Relaxed);
-        let rank = rank_at(Instant::now(), age);
+        let rank = mux::policy::page_rank(Instant::now(), age);
         Ok(MuxStream::quic(QuicStream::reserved(
             id, send, recv, conn, rank,
         )))
@@ -1713,7 +1706,7 @@ async fn serve_conn(
             // Ranked by when its page began as the edge saw it (§5.1, §8.2); a header without
             // an age (an edge without the feature) ranks by its arrival.
             let age = Duration::from_millis(u64::from(age_ms.unwrap_or(0)));
-            let rank = rank_at(arrived, age);
+            let rank = mux::policy::page_rank(arrived, age);
             let stream = MuxStream::quic(QuicStream::new(sid, send, recv, q, rank));
             if *inner.shutdown.borrow() {
                 stream.refuse();
@@ -1778,7 +1771,7 @@ mod tests {
             assert!(p > BULK_PRIORITY, "{at:?}");
             assert!(p >= 1, "{at:?}");
         }
-        // A rank older than the largest age accepted cannot happen (`rank_at` bounds it);
+        // A rank older than the largest age accepted cannot happen (`mux::policy::page_rank` bounds it);
         // it would rank as the oldest possible, not wrap.
         assert_eq!(
             interactive_priority(epoch, before - ms(5)),
@@ -1786,10 +1779,10 @@ mod tests {
         );
         let at = epoch + ms(10_000);
         assert_eq!(
-            rank_at(at, Duration::from_secs(3600)),
+            mux::policy::page_rank(at, Duration::from_secs(3600)),
             at - mux::policy::MAX_PAGE_AGE
         );
-        assert_eq!(rank_at(at, ms(1500)), at - ms(1500));
+        assert_eq!(mux::policy::page_rank(at, ms(1500)), at - ms(1500));
     }
 
     /// An authenticated QUIC connection from loopback address `from` that never sends its

@@ -48,7 +48,7 @@ impl QuicHello {
     /// caller answers an unknown one with `VERSION_MISMATCH`); bytes after the features are
     /// ignored, as later fields would be.
     pub fn decode(b: &[u8]) -> Option<QuicHello> {
-        let mut p = b.get(..)?;
+        let mut p = b;
         if p.len() < QUIC_HELLO_LEN {
             return None;
         }

@@ -635,7 +635,7 @@ impl Session {
             self.stream_recv_credit(),
         );
         s.open_target = Some(target.to_owned());
-        s.rank = self.clock.map(|c| c.checked_sub(age).unwrap_or(c));
+        s.rank = self.clock.map(|c| crate::policy::page_rank(c, age));
         if !first.is_empty() {
             s.send_buf.push_back(Bytes::copy_from_slice(first));
             s.send_buf_len = first.len() as u64;

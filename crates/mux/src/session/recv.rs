@@ -139,8 +139,8 @@ impl Session {
         s.recv_conn = Some(conn);
         // Ranked by when its page began as the edge saw it (§5.1), bounded; an OPEN without
         // an age (an edge without the feature) ranks by its arrival.
-        let age = Duration::from_millis(o.age_ms.unwrap_or(0)).min(crate::policy::MAX_PAGE_AGE);
-        s.rank = Some(now.checked_sub(age).unwrap_or(now));
+        let age = Duration::from_millis(o.age_ms.unwrap_or(0));
+        s.rank = Some(crate::policy::page_rank(now, age));
         self.highest_accepted = self.highest_accepted.max(o.stream);
         self.recv_windows += s.recv.window();
         self.streams.insert(o.stream, s);
