@@ -33,15 +33,15 @@ fn is_longhaul(system: &str) -> bool {
     crate::systems::carrier_of(system).is_some()
 }
 
-/// The variant of longhaul system `system` shown next to the peers: N=10 if measured, else
-/// the first.
+/// The variant of longhaul system `system` shown next to the peers: the shipped pool size
+/// ([`crate::systems::MAIN_POOL_SIZE`]) if measured, else the first.
 fn primary_longhaul(rows: &[&Row], system: &str) -> Option<crate::results::Params> {
     let lh: Vec<&&Row> = rows
         .iter()
         .filter(|r| r.system == system && r.measured)
         .collect();
     lh.iter()
-        .find(|r| r.params.pool_size == Some(10))
+        .find(|r| r.params.pool_size == Some(crate::systems::MAIN_POOL_SIZE))
         .or_else(|| lh.first())
         .map(|r| r.params.clone())
 }
@@ -419,7 +419,7 @@ mod tests {
                 "yahoo",
                 "replay",
                 "longhaul-tcp",
-                lh(10),
+                lh(crate::systems::MAIN_POOL_SIZE),
                 "http",
                 vec![500.0],
                 vec![],
@@ -429,7 +429,7 @@ mod tests {
                 "yahoo",
                 "replay",
                 "longhaul-quic",
-                lh(10),
+                lh(crate::systems::MAIN_POOL_SIZE),
                 "http",
                 vec![450.0],
                 vec![],
@@ -449,8 +449,8 @@ mod tests {
         assert!(
             svg.contains("floor (computed)")
                 && svg.contains("yahoo")
-                && svg.contains("longhaul-quic N=10 bbr least-outstanding")
-                && svg.contains("longhaul-tcp N=10 bbr least-outstanding"),
+                && svg.contains("longhaul-quic N=4 bbr least-outstanding")
+                && svg.contains("longhaul-tcp N=4 bbr least-outstanding"),
             "labels missing"
         );
         std::fs::remove_dir_all(&dir).unwrap();

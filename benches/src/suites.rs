@@ -2,6 +2,7 @@
 //! when the command line does not narrow it. `pageload`'s flags override any of these;
 //! [`crate::runner::Suite`] is the result.
 
+use crate::systems::MAIN_POOL_SIZE;
 use crate::workload;
 
 /// A list of workload ids, given or taken from the page models.
@@ -75,7 +76,7 @@ pub const DEMO: SuiteDef = SuiteDef {
     schemes: &["http"],
     browser_workloads: Ids::Listed(&[]),
     browser_schemes: &["http", "https"],
-    pool_sizes: &[10],
+    pool_sizes: &[MAIN_POOL_SIZE],
     congestion: &["default"],
     policies: &["least-outstanding"],
     initcwnds: &[],
@@ -102,7 +103,7 @@ pub const QUICK: SuiteDef = SuiteDef {
     schemes: &["http", "https"],
     browser_workloads: Ids::Listed(&["yahoo"]),
     browser_schemes: &["http"],
-    pool_sizes: &[10],
+    pool_sizes: &[MAIN_POOL_SIZE],
     congestion: &["default"],
     policies: &["least-outstanding"],
     initcwnds: &[],
@@ -131,7 +132,7 @@ pub const FULL: SuiteDef = SuiteDef {
     schemes: &["http", "https"],
     browser_workloads: Ids::AllPages,
     browser_schemes: &["http", "https"],
-    pool_sizes: &[1, 2, 5, 10, 20, 50],
+    pool_sizes: &[1, 2, MAIN_POOL_SIZE, 10, 20, 50],
     congestion: &["default", "bbr", "cubic"],
     policies: &["least-outstanding", "round-robin"],
     initcwnds: &crate::runner::SEED_000_INITCWNDS,
@@ -164,6 +165,17 @@ mod tests {
             assert_eq!(named(s.name).map(|d| d.name), Some(s.name));
         }
         assert!(named("nightly").is_none());
+        // Every suite compares longhaul at the pool size it ships with; the full suite sweeps
+        // the others around it.
+        for s in &SUITES {
+            assert!(s.pool_sizes.contains(&MAIN_POOL_SIZE), "{}", s.name);
+            assert_eq!(
+                crate::systems::main_pool_size(s.pool_sizes),
+                MAIN_POOL_SIZE,
+                "{}",
+                s.name
+            );
+        }
         // The full suite's browser loads every page model, no bulk or mixed load.
         let pages = FULL.browser_workloads.resolve();
         assert!(!pages.is_empty() && !pages.iter().any(|p| p == "bulk"));

@@ -208,7 +208,8 @@ pub fn carrier_of(id: &str) -> Option<&'static str> {
 
 /// The variants of one system id a suite runs. For a longhaul system: the pool-size sweep with
 /// the first congestion control and policy, then every congestion control × policy at the
-/// default pool size (10 if swept, else the first size). Other systems have one variant.
+/// main pool size ([`MAIN_POOL_SIZE`] if swept, else the first size). Other systems have one
+/// variant.
 pub fn variants(
     id: &str,
     pools: &[u32],
@@ -266,17 +267,21 @@ fn congestion_for(id: &str, congestion: &[String]) -> Vec<String> {
     v
 }
 
-/// Pool size of the main variant: 10 when swept, else the first given.
-fn main_pool_size(pools: &[u32]) -> u32 {
-    if pools.contains(&10) {
-        10
+/// The pool size longhaul ships with (`pool.connections` left unset): the suites compare
+/// longhaul with the other systems at it.
+pub const MAIN_POOL_SIZE: u32 = pool::DEFAULT_CONNECTIONS as u32;
+
+/// Pool size of the main variant: [`MAIN_POOL_SIZE`] when swept, else the first given.
+pub fn main_pool_size(pools: &[u32]) -> u32 {
+    if pools.contains(&MAIN_POOL_SIZE) {
+        MAIN_POOL_SIZE
     } else {
-        pools.first().copied().unwrap_or(10)
+        pools.first().copied().unwrap_or(MAIN_POOL_SIZE)
     }
 }
 
-/// The variant system `id` is compared with the others at: the main pool size (10 when it is
-/// among `pools`) with the first congestion control and policy; the system itself when it has
+/// The variant system `id` is compared with the others at: the main pool size
+/// ([`MAIN_POOL_SIZE`] when it is among `pools`) with the first congestion control and policy; the system itself when it has
 /// no variants (`None` for a longhaul system given no congestion control or policy).
 pub fn main_variant(
     id: &str,
@@ -501,14 +506,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_main_variant_is_n10_with_the_first_congestion_control_and_policy() {
+    fn the_main_variant_is_the_shipped_pool_size_with_the_first_congestion_control_and_policy() {
+        assert_eq!(MAIN_POOL_SIZE, 4);
         let cc = vec!["bbr".to_string(), "cubic".to_string()];
         let pol = vec!["least-outstanding".to_string(), "round-robin".to_string()];
-        let all = variants("longhaul-tcp", &[1, 10, 50], &cc, &pol);
-        let main = main_variant("longhaul-tcp", &[1, 10, 50], &cc, &pol).unwrap();
-        assert_eq!(main, SystemSpec::longhaul(10, "bbr", "least-outstanding"));
+        let all = variants("longhaul-tcp", &[1, 4, 10, 50], &cc, &pol);
+        let main = main_variant("longhaul-tcp", &[1, 4, 10, 50], &cc, &pol).unwrap();
+        assert_eq!(main, SystemSpec::longhaul(4, "bbr", "least-outstanding"));
         assert!(all.contains(&main));
-        // Without 10 among the sizes, the first size.
+        // The other congestion controls and policies run at the shipped size only.
+        assert!(all.contains(&SystemSpec::longhaul(4, "cubic", "round-robin")));
+        assert!(!all.contains(&SystemSpec::longhaul(10, "cubic", "least-outstanding")));
+        // Without the shipped size among the sizes, the first size.
         assert_eq!(
             main_variant("longhaul-quic", &[2, 5], &cc, &pol),
             Some(SystemSpec::longhaul_quic(2, "bbr", "least-outstanding"))
@@ -547,16 +556,16 @@ mod tests {
     fn stream_windows_label_every_variant_and_add_the_main_one_at_each_further_window() {
         let cc = vec!["bbr".to_string()];
         let pol = vec!["least-outstanding".to_string()];
-        let mut v = variants("longhaul-quic", &[1, 10], &cc, &pol);
-        let mut m = main_variant("longhaul-quic", &[1, 10], &cc, &pol);
+        let mut v = variants("longhaul-quic", &[1, MAIN_POOL_SIZE], &cc, &pol);
+        let mut m = main_variant("longhaul-quic", &[1, MAIN_POOL_SIZE], &cc, &pol);
         with_windows("longhaul-quic", &mut v, &mut m, &[2, 4]);
         let labels: Vec<String> = v.iter().map(|s| s.label()).collect();
         assert_eq!(
             labels,
             [
                 "longhaul-quic N=1 bbr least-outstanding window=2bdp",
-                "longhaul-quic N=10 bbr least-outstanding window=2bdp",
-                "longhaul-quic N=10 bbr least-outstanding window=4bdp",
+                "longhaul-quic N=4 bbr least-outstanding window=2bdp",
+                "longhaul-quic N=4 bbr least-outstanding window=4bdp",
             ]
         );
         assert_eq!(m.unwrap().params.stream_window_bdp, Some(2));
@@ -701,16 +710,16 @@ mod tests {
     fn longhaul_quic_takes_the_same_variants_as_longhaul_tcp() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         let (cc, pol) = (s(&["bbr", "cubic"]), s(&["least-outstanding"]));
-        let q = variants("longhaul-quic", &[1, 10], &cc, &pol);
+        let q = variants("longhaul-quic", &[1, 4], &cc, &pol);
         assert_eq!(
             q,
             vec![
                 SystemSpec::longhaul_quic(1, "bbr", "least-outstanding"),
-                SystemSpec::longhaul_quic(10, "bbr", "least-outstanding"),
-                SystemSpec::longhaul_quic(10, "cubic", "least-outstanding"),
+                SystemSpec::longhaul_quic(4, "bbr", "least-outstanding"),
+                SystemSpec::longhaul_quic(4, "cubic", "least-outstanding"),
             ]
         );
-        let t = variants("longhaul-tcp", &[1, 10], &cc, &pol);
+        let t = variants("longhaul-tcp", &[1, 4], &cc, &pol);
         assert_eq!(t.len(), q.len());
         assert!(t.iter().zip(&q).all(|(a, b)| a.params == b.params));
         assert_eq!(

@@ -24,7 +24,7 @@ pub const DEFAULT_EDGE_LISTEN: &str = "127.0.0.1:3128";
 pub const DEFAULT_REMOTE: &str = pool::DEFAULT_REMOTE;
 /// Default number of pool connections (seed 001: more connections lower latency; 4 suits a
 /// single-user demo, production sizes it from the link).
-pub const DEFAULT_CONNECTIONS: usize = 4;
+pub const DEFAULT_CONNECTIONS: usize = pool::DEFAULT_CONNECTIONS;
 /// Default idle timeout of a client connection between requests (a new connection waits for its
 /// first byte at most `header_timeout_ms`).
 pub const DEFAULT_CLIENT_IDLE_TIMEOUT_MS: u64 = 60_000;
