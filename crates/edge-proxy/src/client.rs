@@ -382,6 +382,8 @@ struct ReplyJob<S> {
     continue_tx: Option<oneshot::Sender<()>>,
     /// The whole request, kept for one retry (idempotent and bodiless requests only).
     retry: Option<Bytes>,
+    /// When the request's page began: a retry carries the page's age too.
+    page_start: Instant,
     /// Request body bytes uploaded so far (set by the reader, logged by the writer).
     uploaded: Arc<AtomicU64>,
     /// Fires (with the reason) if the request body's framing turned out invalid; dropped
@@ -889,6 +891,7 @@ async fn read_requests<T: Transport, R: AsyncRead + Unpin + Send>(
             close: prep.close,
             continue_tx,
             retry: (whole && !upgrade && idempotent(&head.method)).then_some(first),
+            page_start,
             uploaded: uploaded.clone(),
             bad_body,
             started,
@@ -1119,7 +1122,12 @@ where
                             tracing::info!(%peer, target = %job.target, reason = %f.reason, "retrying idempotent request on another pool connection");
                             result = match ctx
                                 .transport
-                                .open(StreamKind::Http, &job.target, req)
+                                .open_aged(
+                                    StreamKind::Http,
+                                    &job.target,
+                                    req,
+                                    page::age(job.page_start, Instant::now()),
+                                )
                                 .await
                             {
                                 Ok(s) => {

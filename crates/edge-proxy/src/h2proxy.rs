@@ -356,7 +356,12 @@ async fn request<T: Transport>(
             if f.retryable && whole && client::idempotent(&method) =>
         {
             tracing::info!(target = %target, reason = %f.reason, "retrying idempotent request on another pool connection");
-            match ctx.transport.open(StreamKind::Http, &target, first).await {
+            let age = page::age(page_start, Instant::now());
+            match ctx
+                .transport
+                .open_aged(StreamKind::Http, &target, first, age)
+                .await
+            {
                 Ok(s) => {
                     let (mut srd, mut swr) = client::split(s);
                     let _ = swr.shutdown().await;

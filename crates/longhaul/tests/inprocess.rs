@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -78,6 +78,8 @@ struct Local {
     ctx: Arc<Ctx>,
     ids: Arc<AtomicU64>,
     fail_first: Arc<AtomicUsize>,
+    /// The page age of every open, in order.
+    ages: Arc<Mutex<Vec<Duration>>>,
 }
 
 impl Transport for Local {
@@ -88,8 +90,9 @@ impl Transport for Local {
         kind: StreamKind,
         target: &str,
         first: Bytes,
-        _age: std::time::Duration,
+        age: std::time::Duration,
     ) -> Result<Near, OpenError> {
+        self.ages.lock().unwrap().push(age);
         let failing = self
             .fail_first
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -196,6 +199,10 @@ async fn serve_origin(mut s: TcpStream) {
 struct Pair {
     edge: SocketAddr,
     origin: SocketAddr,
+    /// Opens still to fail (see [`Local`]).
+    fail_first: Arc<AtomicUsize>,
+    /// The page age of every open, in order.
+    ages: Arc<Mutex<Vec<Duration>>>,
 }
 
 async fn pair(connect_reply: ConnectReply, fail_first: usize, allow_private: bool) -> Pair {
@@ -228,7 +235,9 @@ async fn pair_with(
         ctx,
         ids: Arc::new(AtomicU64::new(1)),
         fail_first: Arc::new(AtomicUsize::new(fail_first)),
+        ages: Arc::default(),
     };
+    let (fail_first, ages) = (transport.fail_first.clone(), transport.ages.clone());
     let mut settings = Settings {
         max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
         max_pipeline: 16,
@@ -257,7 +266,12 @@ async fn pair_with(
         std::future::pending(),
         Duration::from_secs(1),
     ));
-    Pair { edge, origin }
+    Pair {
+        edge,
+        origin,
+        fail_first,
+        ages,
+    }
 }
 
 /// Reads one response (head and body) from a client connection.
@@ -485,6 +499,36 @@ async fn idempotent_request_is_retried_once() {
     )
     .await;
     assert_eq!(h.status, 502);
+}
+
+/// A retried request belongs to the same page as the attempt it replaces: its open carries the
+/// page's age then, not the age of a page just begun.
+#[tokio::test]
+async fn a_retried_request_keeps_its_page_age() {
+    let p = pair(ConnectReply::Optimistic, 0, true).await;
+    let mut c = TcpStream::connect(p.edge).await.unwrap();
+    let o = p.origin;
+    let mut buf = BytesMut::new();
+    // The page's first request, then (well within the page gap) a second one whose first
+    // attempt fails retryably.
+    c.write_all(format!("GET http://{o}/len/10 HTTP/1.1\r\nHost: {o}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (h, _) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!(h.status, 200);
+    let pause = Duration::from_millis(300);
+    tokio::time::sleep(pause).await;
+    p.fail_first.store(1, Ordering::SeqCst);
+    c.write_all(format!("GET http://{o}/len/20 HTTP/1.1\r\nHost: {o}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (h, b) = read_response(&mut c, &mut buf, "GET").await;
+    assert_eq!((h.status, b), (200, pattern(20)));
+    let ages = p.ages.lock().unwrap().clone();
+    assert_eq!(ages.len(), 3, "{ages:?}");
+    assert!(ages[0] < pause, "{ages:?}");
+    // The failed attempt and its retry both carry the page's age (at least the pause).
+    assert!(ages[1] >= pause && ages[2] >= ages[1], "{ages:?}");
 }
 
 async fn echo_server() -> SocketAddr {
