@@ -152,7 +152,9 @@ struct SuiteArgs {
     /// Initial windows to sweep (empty: none).
     #[arg(long, value_delimiter = ',')]
     initcwnds: Option<Vec<u32>>,
-    /// Offered loads as fractions of the link rate (empty: none).
+    /// Offered loads as fractions of the link rate (empty: none). `quick` and `demo` offer
+    /// them through every system and longhaul variant given; `full` through the pool-size
+    /// variants of the first congestion control and policy.
     #[arg(long, value_delimiter = ',')]
     load_fractions: Option<Vec<f64>>,
     /// Arrival window of each offered-load point, in seconds.

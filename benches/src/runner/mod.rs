@@ -99,6 +99,29 @@ impl Suite {
         }
     }
 
+    /// Whether variant `spec` is offered load (yahoo, replay, http): not a system that cannot
+    /// carry plain HTTP (direct-h3); every other system without a carrier; of longhaul's
+    /// variants, every one where every variant runs in every cell (`quick`, `demo`: a run that
+    /// names several policies or congestion controls compares them under load too), and in the
+    /// full suite the pool-size variants of the first congestion control and policy (seed 001
+    /// draws one line per number of connections).
+    pub fn offers_load(&self, spec: &SystemSpec) -> bool {
+        if spec.unsupported("http").is_some() {
+            return false;
+        }
+        if spec.carrier().is_none() || self.sweep_workloads.is_none() {
+            return true;
+        }
+        let p = &spec.params;
+        let first = self
+            .systems
+            .iter()
+            .find(|s| s.id == spec.id)
+            .map(|s| &s.params);
+        p.congestion == first.and_then(|m| m.congestion.clone())
+            && p.policy == first.and_then(|m| m.policy.clone())
+    }
+
     /// Those of `failed` (systems that could not start) that the cell of `workload`, `client`
     /// and `scheme` would have measured. A cell missing any is not checkpointed: `--resume`
     /// measures it again, whole, once they start.
@@ -399,6 +422,26 @@ mod tests {
         );
         assert_eq!(missing_programs(&want, None), want);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_variant_offers_load_unless_the_suite_sweeps_on_one_page() {
+        let mut s = suite(None);
+        let rr = SystemSpec::longhaul(10, "bbr", "round-robin");
+        let cubic = SystemSpec::longhaul(10, "cubic", "least-outstanding");
+        s.systems.extend([rr.clone(), cubic.clone()]);
+        let h3 = SystemSpec::plain("direct-h3");
+        // quick and demo: every variant, so policies and controllers compare under load.
+        for spec in &s.systems {
+            assert!(s.offers_load(spec), "{}", spec.label());
+        }
+        assert!(!s.offers_load(&h3));
+        // full: the pool-size line of the first controller and policy, and the other systems.
+        s.sweep_workloads = Some(vec!["yahoo".into()]);
+        assert!(s.offers_load(&SystemSpec::plain("direct")));
+        assert!(s.offers_load(&SystemSpec::longhaul(1, "bbr", "least-outstanding")));
+        assert!(s.offers_load(&SystemSpec::longhaul(10, "bbr", "least-outstanding")));
+        assert!(!s.offers_load(&rr) && !s.offers_load(&cubic) && !s.offers_load(&h3));
     }
 
     #[test]

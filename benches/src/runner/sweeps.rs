@@ -63,7 +63,7 @@ pub(super) fn load_cell(
     ));
     let mut load = Vec::new();
     for sys in running {
-        if !offers_load(pr, &sys.spec) {
+        if !pr.suite.offers_load(&sys.spec) {
             continue;
         }
         for (k, f) in pr.suite.load_fractions.iter().enumerate() {
@@ -87,24 +87,6 @@ pub(super) fn load_cell(
         );
     }
     Ok(load)
-}
-
-/// Whether variant `spec` is loaded: every system without a carrier, and of the others the
-/// pool-size variants of the first congestion control and policy (seed 001 draws one line per
-/// number of connections).
-fn offers_load(pr: &ProfileRun, spec: &SystemSpec) -> bool {
-    let p = &spec.params;
-    let main_variant = pr
-        .suite
-        .systems
-        .iter()
-        .find(|s| s.id == spec.id)
-        .map(|s| &s.params);
-    // Offered load is plain HTTP: a system that cannot carry it (direct-h3) offers none.
-    spec.unsupported("http").is_none()
-        && !(spec.carrier().is_some()
-            && (p.congestion != main_variant.and_then(|m| m.congestion.clone())
-                || p.policy != main_variant.and_then(|m| m.policy.clone())))
 }
 
 /// One offered-load point: load fraction `f` (the `k`th) of the link rate through `sys`, with
