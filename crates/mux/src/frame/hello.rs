@@ -33,7 +33,11 @@ impl Features {
     pub const NONE: Features = Features(0);
     /// The sender reads an OPEN's page age (flag `AGE`, §3.2) and ranks the stream by it.
     pub const PAGE_AGE: Features = Features(0x1);
-    /// Every feature this implementation speaks.
+    /// QUIC carrier only (PROTOCOL.md §8.6): the sender decodes parity datagrams on this
+    /// connection and sends them when its configuration says so. Not part of
+    /// [`Features::SUPPORTED`]: the QUIC carrier adds it when it runs parity.
+    pub const PARITY: Features = Features(0x2);
+    /// Every feature this implementation speaks on every carrier.
     pub const SUPPORTED: Features = Features::PAGE_AGE;
 
     /// Whether every bit of `other` is set here.
