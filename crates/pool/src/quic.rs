@@ -15,7 +15,9 @@
 //! semantics as over TCP.
 //!
 //! What it does NOT do: no mux framing (QUIC has streams, credit and resets),
-//! no 0-RTT, no connection migration handling beyond quinn's, no datagrams.
+//! no 0-RTT, no connection migration handling beyond quinn's, no QUIC DATAGRAM frames. Parity
+//! datagrams ([`crate::parity`], §8.6) are UDP datagrams beside QUIC's, added and taken out by
+//! the socket under quinn when both sides announce [`Features::PARITY`].
 //! The HELLO and stream header it writes are encoded by `mux::frame::quic`.
 //!
 //! # Receive windows: what quinn 0.11 allows
@@ -77,6 +79,7 @@ use tokio::task::JoinHandle;
 use crate::backoff::Backoff;
 use crate::config::{PoolConfig, ServerConfig};
 use crate::gate::{HandshakeGate, Permit};
+use crate::parity::{ParityMode, ParityPeer, ParitySocket, SharedLoss};
 use crate::queue::{Attempt, OpenQueue};
 use crate::rate::{SendClass, Traffic};
 use crate::stats::{ConnStats, LaneState};
@@ -170,8 +173,11 @@ pub struct QuicOptions {
     /// Round-trip time used before the first measurement.
     pub initial_rtt: Duration,
     /// The provisioned rate of the link in bits per second: what [`Congestion::Rate`] paces
-    /// the pool at (other controllers ignore it).
+    /// the pool at (other controllers ignore it), and what parity compares the pool's sends
+    /// with ([`crate::parity`]).
     pub link_rate_bps: u64,
+    /// When the pool sends parity datagrams ([`crate::parity::ParityMode`]).
+    pub parity: ParityMode,
 }
 
 impl Default for QuicOptions {
@@ -211,6 +217,28 @@ impl QuicOptions {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             initial_rtt: rtt,
             link_rate_bps: rate_bps,
+            parity: ParityMode::default(),
+        }
+    }
+
+    /// The parity settings of a pool with these options, if it sends parity.
+    fn parity_opts(&self) -> Option<ParityOpts> {
+        (self.parity != ParityMode::Off).then(|| ParityOpts {
+            mode: self.parity,
+            cfg: crate::fec::FecConfig::for_rtt(self.initial_rtt),
+            meter: Arc::new(Mutex::new(crate::fec::Meter::new(
+                crate::parity::meter_window(self.initial_rtt),
+            ))),
+            link_bps: self.link_rate_bps,
+        })
+    }
+
+    /// The optional features this side announces: the page age, and parity when it runs it.
+    fn features(&self) -> Features {
+        if self.parity == ParityMode::Off {
+            Features::SUPPORTED
+        } else {
+            Features(Features::SUPPORTED.0 | Features::PARITY.0)
         }
     }
 
@@ -223,8 +251,10 @@ impl QuicOptions {
         if self.receive_window < self.stream_receive_window || self.receive_window > max {
             return Err("quic receive_window must be at least stream_receive_window".into());
         }
-        if self.congestion == Congestion::Rate && self.link_rate_bps == 0 {
-            return Err("quic congestion \"rate\" needs a positive link rate".into());
+        if (self.congestion == Congestion::Rate || self.parity != ParityMode::Off)
+            && self.link_rate_bps == 0
+        {
+            return Err("quic congestion \"rate\" and parity need a positive link rate".into());
         }
         if self.send_window == 0 {
             return Err("quic send_window must be positive".into());
@@ -313,6 +343,136 @@ impl QuicOptions {
     }
 }
 
+/// Parity settings shared by a pool's sockets (one meter for the pool's sends).
+#[derive(Clone)]
+struct ParityOpts {
+    mode: ParityMode,
+    cfg: crate::fec::FecConfig,
+    meter: Arc<Mutex<crate::fec::Meter>>,
+    link_bps: u64,
+}
+
+impl ParityOpts {
+    fn wrap(&self, inner: Arc<dyn quinn::AsyncUdpSocket>) -> Arc<ParitySocket> {
+        ParitySocket::new(
+            inner,
+            self.cfg,
+            self.mode,
+            self.meter.clone(),
+            self.link_bps,
+        )
+    }
+}
+
+/// How often a protected connection's loss is judged again.
+const LOSS_TICK: Duration = Duration::from_secs(1);
+
+/// A connection's peer registered with the parity socket: keeps its loss judgement current
+/// ([`ParityWatch::tick`]) and forgets the peer when dropped (the connection ended).
+struct ParityWatch {
+    socket: Arc<ParitySocket>,
+    peer: Arc<ParityPeer>,
+    addr: SocketAddr,
+    /// The judgement of the path, shared with the other connections on it.
+    path: SharedLoss,
+    /// quinn's counts at the last tick.
+    seen: (u64, u64),
+}
+
+impl ParityWatch {
+    fn new(
+        socket: Arc<ParitySocket>,
+        conn: &Connection,
+        traffic: Arc<Traffic>,
+        path: SharedLoss,
+    ) -> ParityWatch {
+        let addr = conn.remote_address();
+        let peer = socket.add_peer(addr, traffic);
+        if socket.mode() == ParityMode::Always {
+            tracing::info!(peer = %addr, "QUIC parity on (parity = \"always\")");
+        }
+        ParityWatch {
+            socket,
+            peer,
+            addr,
+            path,
+            seen: (0, 0),
+        }
+    }
+
+    fn tick(&mut self, conn: &Connection) {
+        let s = conn.stats();
+        let (sent, lost) = (s.path.sent_packets, s.path.lost_packets);
+        // A connection carrying only a download is not counted: its losses are mostly its own
+        // queue overflowing (a start-up, a smaller link), which parity would not help and
+        // which must not switch parity on for the pages.
+        let (ds, dl) = if self.peer.bulk() {
+            (0, 0)
+        } else {
+            (
+                sent.saturating_sub(self.seen.0),
+                lost.saturating_sub(self.seen.1),
+            )
+        };
+        let (was, lossy) = {
+            let mut w = self.path.lock().unwrap_or_else(|p| p.into_inner());
+            let was = w.lossy();
+            let now = w.add(ds, dl);
+            (was, now)
+        };
+        self.seen = (sent, lost);
+        self.peer.set_lossy(lossy);
+        // Logged once per change of the path's judgement, by the connection that made it.
+        if lossy != was && self.socket.mode() == ParityMode::Auto {
+            tracing::info!(
+                peer = %self.addr,
+                sent = s.path.sent_packets,
+                lost = s.path.lost_packets,
+                "QUIC parity {}",
+                if lossy {
+                    "on: the path shows loss"
+                } else {
+                    "off: the path shows no loss"
+                }
+            );
+        }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let (enc, dec) = self.socket.stats();
+            tracing::debug!(
+                peer = %self.addr,
+                sent = s.path.sent_packets,
+                lost = s.path.lost_packets,
+                parity_sent = self.peer.sent.load(Ordering::Relaxed),
+                rebuilt = self.peer.rebuilt.load(Ordering::Relaxed),
+                socket_protected = enc.protected,
+                socket_parities = enc.parities,
+                socket_unpaid = enc.unpaid,
+                socket_oversize = enc.oversize,
+                socket_received = dec.received,
+                socket_rebuilt = dec.rebuilt,
+                socket_complete = dec.complete,
+                socket_unrepairable = dec.unrepairable,
+                "QUIC parity counters"
+            );
+        }
+    }
+}
+
+impl Drop for ParityWatch {
+    fn drop(&mut self) {
+        self.socket.remove_peer(self.addr);
+    }
+}
+
+/// Waits a loss tick when there is a watch to tick, for ever otherwise.
+async fn parity_tick(w: &Option<ParityWatch>, tick: &mut tokio::time::Interval) {
+    if w.is_some() {
+        tick.tick().await;
+    } else {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// The transport configuration of a pool's connections. With the `rate` controller each
 /// connection gets its own, whose controller shares the pool's counts and reads the
 /// connection's [`Traffic`]; otherwise all share one.
@@ -354,6 +514,12 @@ pub struct QuicConnStats {
     pub sent_packets: u64,
     /// Congestion events (window reductions).
     pub congestion_events: u64,
+    /// Sends to the peer are protected by parity now ([`crate::parity`]).
+    pub parity_on: bool,
+    /// Parity datagrams sent to the peer.
+    pub parity_sent: u64,
+    /// Datagrams from the peer rebuilt from its parity (losses quinn never saw).
+    pub parity_rebuilt: u64,
     /// Stream bytes handed to quinn and not yet transmitted (estimate, §8.4);
     /// quinn 0.11 does not expose bytes in flight.
     pub unsent: u64,
@@ -395,6 +561,8 @@ pub(crate) struct QConn {
     /// Edge side: the remote's HELLO reply announced [`Features::PAGE_AGE`], so stream
     /// headers carry the page age (§8.2).
     page_age: bool,
+    /// The peer's parity registration, when both sides run parity.
+    parity: Option<(Arc<ParityPeer>, ParityMode)>,
 }
 
 impl QConn {
@@ -403,12 +571,14 @@ impl QConn {
         queue: Option<Arc<OpenQueue>>,
         traffic: Arc<Traffic>,
         page_age: bool,
+        parity: Option<&ParityWatch>,
     ) -> Arc<QConn> {
         Arc::new(QConn {
             conn,
             traffic,
             epoch: Instant::now(),
             page_age,
+            parity: parity.map(|p| (p.peer.clone(), p.socket.mode())),
             written: AtomicU64::new(0),
             overhead: AtomicU64::new(0),
             streams: AtomicU32::new(0),
@@ -479,6 +649,15 @@ impl QConn {
             sent_packets: s.path.sent_packets,
             congestion_events: s.path.congestion_events,
             unsent: self.unsent(&s),
+            parity_on: self.parity.as_ref().is_some_and(|(p, m)| p.protecting(*m)),
+            parity_sent: self
+                .parity
+                .as_ref()
+                .map_or(0, |(p, _)| p.sent.load(Ordering::Relaxed)),
+            parity_rebuilt: self
+                .parity
+                .as_ref()
+                .map_or(0, |(p, _)| p.rebuilt.load(Ordering::Relaxed)),
         }
     }
 
@@ -950,6 +1129,8 @@ impl QuicPool {
     ) -> Result<QuicPool, PoolError> {
         cfg.validate().map_err(PoolError::Config)?;
         let transport = opts.transports().map_err(PoolError::Config)?;
+        let parity = opts.parity_opts();
+        let path_loss = SharedLoss::default();
         let session: u64 = rand::random();
         let inner = Arc::new(PoolInner {
             session,
@@ -974,6 +1155,9 @@ impl QuicPool {
                 transport: transport.clone(),
                 timeout: cfg.socket.connect_timeout,
                 session,
+                parity: parity.clone(),
+                path_loss: path_loss.clone(),
+                features: opts.features(),
             };
             tasks.push(tokio::spawn(run_slot(inner.clone(), dial, slot, backoff)));
         }
@@ -1209,12 +1393,23 @@ struct Dial {
     transport: Transports,
     timeout: Duration,
     session: u64,
+    /// Parity on this pool's sockets, unless `parity = "off"`.
+    parity: Option<ParityOpts>,
+    /// The loss judgement of the path to the remote, shared by the pool's connections.
+    path_loss: SharedLoss,
+    /// What this side announces in its HELLO.
+    features: Features,
 }
+
+/// A dialled connection: the connection, its traffic, whether the remote reads page ages,
+/// and its parity registration when both sides run parity.
+type Dialled = (Connection, Arc<Traffic>, bool, Option<ParityWatch>);
 
 impl Dial {
     /// Resolves, handshakes, checks ALPN and sends the QUIC HELLO (§8.1); also says whether
-    /// the remote's reply announced [`Features::PAGE_AGE`].
-    async fn dial(&self) -> io::Result<(Connection, Arc<Traffic>, bool)> {
+    /// the remote's reply announced [`Features::PAGE_AGE`], and registers the remote for
+    /// parity when its reply announced [`Features::PARITY`] and this pool runs it.
+    async fn dial(&self) -> io::Result<Dialled> {
         let addr = tokio::net::lookup_host(&self.remote)
             .await?
             .next()
@@ -1228,12 +1423,14 @@ impl Dial {
         // path problem on one flow does not take down the others.
         let runtime = quinn::default_runtime()
             .ok_or_else(|| io::Error::other("no async runtime for QUIC"))?;
-        let endpoint = Endpoint::new(
-            client_endpoint_config(),
-            None,
-            std::net::UdpSocket::bind(bind)?,
-            runtime,
-        )?;
+        let udp = runtime.wrap_udp_socket(std::net::UdpSocket::bind(bind)?)?;
+        let parity = self.parity.as_ref().map(|p| p.wrap(udp.clone()));
+        let socket: Arc<dyn quinn::AsyncUdpSocket> = match &parity {
+            Some(p) => p.clone(),
+            None => udp,
+        };
+        let endpoint =
+            Endpoint::new_with_abstract_socket(client_endpoint_config(), None, socket, runtime)?;
         let (rustls, name) = self.tls.current();
         let crypto = QuicClientConfig::try_from(rustls)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
@@ -1253,7 +1450,7 @@ impl Dial {
         let hello = QuicHello {
             version: QUIC_MAPPING_VERSION,
             session: self.session,
-            features: Some(Features::SUPPORTED),
+            features: Some(self.features),
         }
         .encode();
         ctl.write_all(&hello).await.map_err(io::Error::from)?;
@@ -1283,7 +1480,10 @@ impl Dial {
             ));
         }
         let page_age = ack.features.is_some_and(|f| f.contains(Features::PAGE_AGE));
-        Ok((conn, traffic, page_age))
+        let parity = parity
+            .filter(|_| ack.features.is_some_and(|f| f.contains(Features::PARITY)))
+            .map(|p| ParityWatch::new(p, &conn, traffic.clone(), self.path_loss.clone()));
+        Ok((conn, traffic, page_age, parity))
     }
 }
 
@@ -1302,8 +1502,14 @@ async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: B
         set(LaneState::Connecting, None, !first);
         first = false;
         match dial.dial().await {
-            Ok((conn, traffic, page_age)) => {
-                let q = QConn::new(conn.clone(), Some(inner.queue.clone()), traffic, page_age);
+            Ok((conn, traffic, page_age, mut parity)) => {
+                let q = QConn::new(
+                    conn.clone(),
+                    Some(inner.queue.clone()),
+                    traffic,
+                    page_age,
+                    parity.as_ref(),
+                );
                 tracing::info!(slot, conn = q.id(), remote = %dial.remote, "QUIC pool connection up");
                 set(LaneState::Up, Some(q), false);
                 inner.up.notify_waiters();
@@ -1312,12 +1518,22 @@ async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: B
                 let stop = inner.close_notify.notified();
                 tokio::pin!(stop);
                 stop.as_mut().enable();
-                if !inner.closed.load(Ordering::Acquire) {
+                let mut tick = tokio::time::interval(LOSS_TICK);
+                while !inner.closed.load(Ordering::Acquire) {
                     tokio::select! {
-                        e = conn.closed() => tracing::warn!(slot, error = %e, "QUIC pool connection lost"),
-                        _ = stop => {}
+                        e = conn.closed() => {
+                            tracing::warn!(slot, error = %e, "QUIC pool connection lost");
+                            break;
+                        }
+                        _ = &mut stop => break,
+                        _ = parity_tick(&parity, &mut tick) => {
+                            if let Some(p) = parity.as_mut() {
+                                p.tick(&conn);
+                            }
+                        }
                     }
                 }
+                drop(parity);
             }
             Err(e) => {
                 tracing::warn!(slot, remote = %dial.remote, error = %e, "QUIC pool dial failed")
@@ -1356,6 +1572,13 @@ struct ServerInner {
     cfg: ServerConfig,
     tls: Arc<TlsServer>,
     transport: Transports,
+    /// The endpoint's socket when this remote runs parity.
+    parity: Option<Arc<ParitySocket>>,
+    /// The loss judgement of the path from each edge address with a live connection (dropped
+    /// with its last connection).
+    path_loss: Mutex<HashMap<std::net::IpAddr, SharedLoss>>,
+    /// What this side announces in its HELLO reply.
+    features: Features,
     /// Live connections by quinn id, with the edge session id of their HELLO.
     conns: Mutex<HashMap<u64, (u64, Arc<QConn>)>>,
     /// Connections still in their handshake.
@@ -1366,6 +1589,14 @@ struct ServerInner {
 }
 
 impl ServerInner {
+    /// The shared loss judgement of the path from `ip`; judgements no connection holds any
+    /// more are dropped first.
+    fn path_loss(&self, ip: std::net::IpAddr) -> SharedLoss {
+        let mut m = self.path_loss.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, w| Arc::strong_count(w) > 1);
+        m.entry(ip).or_default().clone()
+    }
+
     fn conns(&self) -> Vec<(u64, Arc<QConn>)> {
         self.conns
             .lock()
@@ -1408,8 +1639,12 @@ impl ServerInner {
 /// every packet from the remote, the whole reply direction, carries 8 bytes less (0.5 % of
 /// a full packet). The remote keeps its ids (it tells connections apart by them) and does
 /// not accept migration, which is all an empty id gives up.
+/// The edge's endpoint configuration: zero-length connection ids (one socket per connection),
+/// and the fixed bit never greased (RFC 9287), so no QUIC packet is taken for a parity
+/// datagram ([`crate::fec`]).
 fn client_endpoint_config() -> quinn::EndpointConfig {
     let mut cfg = quinn::EndpointConfig::default();
+    cfg.grease_quic_bit(false);
     cfg.cid_generator(|| Box::new(quinn_proto::RandomConnectionIdGenerator::new(0)));
     cfg
 }
@@ -1426,6 +1661,8 @@ fn endpoint_config(secret: &[u8; 32]) -> quinn::EndpointConfig {
             .expect("8 bytes"),
     );
     let mut cfg = quinn::EndpointConfig::new(Arc::new(reset));
+    // As the edge's: no QUIC packet is taken for a parity datagram.
+    cfg.grease_quic_bit(false);
     cfg.cid_generator(move || {
         Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
     });
@@ -1449,25 +1686,27 @@ impl QuicServer {
         let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
         sc.transport_config(transport.base.clone());
         sc.migration(false);
-        let endpoint = match tls.endpoint_secret() {
-            Some(secret) => {
-                let runtime = quinn::default_runtime()
-                    .ok_or_else(|| io::Error::other("no async runtime for QUIC"))?;
-                Endpoint::new(
-                    endpoint_config(&secret),
-                    Some(sc),
-                    std::net::UdpSocket::bind(addr)?,
-                    runtime,
-                )?
-            }
+        let ep_cfg = match tls.endpoint_secret() {
+            Some(secret) => endpoint_config(&secret),
             None => {
                 tracing::warn!(
                     "QUIC: private key file unreadable for the endpoint secret; a crash of this \
                      remote is seen by edges only after their idle timeout"
                 );
-                Endpoint::server(sc, addr)?
+                let mut c = quinn::EndpointConfig::default();
+                c.grease_quic_bit(false);
+                c
             }
         };
+        let runtime = quinn::default_runtime()
+            .ok_or_else(|| io::Error::other("no async runtime for QUIC"))?;
+        let udp = runtime.wrap_udp_socket(std::net::UdpSocket::bind(addr)?)?;
+        let parity = opts.parity_opts().map(|p| p.wrap(udp.clone()));
+        let socket: Arc<dyn quinn::AsyncUdpSocket> = match &parity {
+            Some(p) => p.clone(),
+            None => udp,
+        };
+        let endpoint = Endpoint::new_with_abstract_socket(ep_cfg, Some(sc), socket, runtime)?;
         let local_addr = endpoint.local_addr()?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (shutdown, _) = watch::channel(false);
@@ -1478,6 +1717,9 @@ impl QuicServer {
             cfg,
             tls,
             transport,
+            parity,
+            path_loss: Mutex::new(HashMap::new()),
+            features: opts.features(),
             conns: Mutex::new(HashMap::new()),
             gate,
             rx: tokio::sync::Mutex::new(rx),
@@ -1646,7 +1888,9 @@ async fn serve_conn(
         }
     };
     let QuicHello {
-        version, session, ..
+        version,
+        session,
+        features,
     } = h;
     if version != QUIC_MAPPING_VERSION {
         conn.close(code(ErrorCode::VERSION_MISMATCH), b"unsupported version");
@@ -1658,14 +1902,22 @@ async fn serve_conn(
     let mut reply = conn.open_uni().await.map_err(io::Error::other)?;
     let ack = QuicHelloReply {
         version: QUIC_MAPPING_VERSION,
-        features: Some(Features::SUPPORTED),
+        features: Some(inner.features),
     };
     reply
         .write_all(&ack.encode())
         .await
         .map_err(io::Error::other)?;
     let _ = reply.finish();
-    let q = QConn::new(conn.clone(), None, traffic, false);
+    let mut parity = inner
+        .parity
+        .clone()
+        .filter(|_| features.is_some_and(|f| f.contains(Features::PARITY)))
+        .map(|p| {
+            let path = inner.path_loss(peer.ip());
+            ParityWatch::new(p, &conn, traffic.clone(), path)
+        });
+    let q = QConn::new(conn.clone(), None, traffic, false, parity.as_ref());
     let id = q.id();
     {
         // Counted and inserted under one lock, so the limit holds exactly.
@@ -1679,8 +1931,19 @@ async fn serve_conn(
     }
     drop(permit);
     tracing::info!(%peer, session, conn = id, "QUIC pool connection up");
+    let mut tick = tokio::time::interval(LOSS_TICK);
     let why = loop {
-        let (send, mut recv) = match conn.accept_bi().await {
+        let accepted = loop {
+            tokio::select! {
+                r = conn.accept_bi() => break r,
+                _ = parity_tick(&parity, &mut tick) => {
+                    if let Some(p) = parity.as_mut() {
+                        p.tick(&conn);
+                    }
+                }
+            }
+        };
+        let (send, mut recv) = match accepted {
             Ok(s) => s,
             Err(e) => break e,
         };

@@ -1,0 +1,554 @@
+//! Parity datagrams (`pool::fec`) over a deterministic virtual-time lossy link: a page of
+//! small exchanges with and without one parity per group of datagrams. No sockets, no wall
+//! clock; the arrangement of `quic_virtual_rate.rs` (two `quinn_proto` endpoints driven by
+//! hand, datagrams delivered at their arrival time, seeded generators), with the product's
+//! `fec::Encoder` on each side's sends and `fec::Decoder` on its receives, as the socket
+//! wrapper (`pool::parity`) places them.
+//!
+//! The link: per direction a FIFO bottleneck at the link rate (IP + UDP headers counted) with a
+//! drop-tail buffer of one round trip, then half the RTT of propagation; random loss
+//! (Bernoulli, seeded) in **both** directions, as on the `lossy` testbed profile (200 ms,
+//! 10 Mbit/s, 1.5 %). Parity datagrams cross the same link and may be lost too. Transport
+//! settings are those of `QuicOptions::for_link` with the `rate` controller (the product's
+//! default).
+//!
+//! The page: [`LANES`] lanes, as a browser's HTTP/1.1 connections to one proxy, each doing
+//! [`EXCHANGES`] request/reply exchanges one after another over one warm QUIC connection: a
+//! 400-byte request on a new stream, a reply of 2–60 KB (log-uniform, seeded), the next
+//! request when the reply has been read. The figure is the time from the first request to the
+//! last reply read.
+//!
+//! Limits: one connection, no competing traffic, no jitter or reordering, CPU not modelled;
+//! the figures describe this model, not a network.
+
+mod quic_vt;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use pool::fec::{self, Decoder, Encoder, FecConfig};
+use pool::parity::{meter_window, BUSY_SHARE};
+use pool::quic::QuicOptions;
+use pool::rate::RateConfig;
+use pool::tls::DEFAULT_SERVER_NAME;
+use quinn_proto::{
+    ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig,
+    IdleTimeout, ReadError, ServerConfig, StreamId, TransportConfig, VarInt,
+};
+
+const UDP_OVERHEAD: u64 = 28;
+const RTT: Duration = Duration::from_millis(200);
+const RATE_BPS: u64 = 10_000_000;
+const LOSS: f64 = 0.015;
+const LANES: usize = 6;
+const EXCHANGES: usize = 8;
+const REQUEST: usize = 400;
+/// Seeds of the page runs.
+const SEEDS: std::ops::Range<u64> = 1..41;
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// One direction: FIFO bottleneck with a drop-tail buffer, loss, then propagation.
+struct Link {
+    one_way: Duration,
+    free_at: Duration,
+    flight: VecDeque<(Duration, Vec<u8>)>,
+    rng: Rng,
+    loss: f64,
+    sent: u64,
+    bytes: u64,
+}
+
+impl Link {
+    fn new(seed: u64, loss: f64) -> Link {
+        Link {
+            one_way: RTT / 2,
+            free_at: Duration::ZERO,
+            flight: VecDeque::new(),
+            rng: Rng(seed),
+            loss,
+            sent: 0,
+            bytes: 0,
+        }
+    }
+
+    fn send(&mut self, now: Duration, d: Vec<u8>) {
+        if self.free_at.saturating_sub(now) > RTT {
+            return;
+        }
+        let wire = d.len() as u64 + UDP_OVERHEAD;
+        self.sent += 1;
+        self.bytes += wire;
+        self.free_at =
+            self.free_at.max(now) + Duration::from_nanos(wire * 8_000_000_000 / RATE_BPS);
+        if self.rng.next_f64() >= self.loss {
+            self.flight.push_back((self.free_at + self.one_way, d));
+        }
+    }
+
+    fn next_arrival(&self) -> Option<Duration> {
+        self.flight.front().map(|f| f.0)
+    }
+
+    fn pop_due(&mut self, now: Duration) -> Option<Vec<u8>> {
+        if self.flight.front().is_some_and(|f| f.0 <= now) {
+            self.flight.pop_front().map(|f| f.1)
+        } else {
+            None
+        }
+    }
+}
+
+fn transport() -> TransportConfig {
+    // The settings of the product's QuicOptions::transport with `rate` (crates/pool/src/quic.rs).
+    let o = QuicOptions::for_link(RTT, RATE_BPS);
+    o.validate().expect("product options are valid");
+    let mut t = TransportConfig::default();
+    t.stream_receive_window(VarInt::from_u64(o.stream_receive_window).expect("window"))
+        .receive_window(VarInt::from_u64(o.receive_window).expect("window"))
+        .send_window(o.send_window)
+        .max_concurrent_bidi_streams(VarInt::from_u32(o.max_streams))
+        .max_concurrent_uni_streams(VarInt::from_u32(1))
+        .keep_alive_interval(Some(o.keep_alive))
+        .max_idle_timeout(Some(IdleTimeout::try_from(o.idle_timeout).expect("idle")))
+        .initial_rtt(o.initial_rtt)
+        .datagram_receive_buffer_size(None)
+        .congestion_controller_factory(Arc::new(RateConfig::new(o.link_rate_bps, o.initial_rtt)));
+    t
+}
+
+fn configs() -> (ClientConfig, ServerConfig) {
+    quic_vt::configs(Arc::new(transport()))
+}
+
+/// One endpoint with its single connection and, optionally, parity on what it sends and
+/// repairs from what it receives.
+struct Side {
+    ep: Endpoint,
+    conn: Option<(ConnectionHandle, Connection)>,
+    out: Vec<Vec<u8>>,
+    fec: Option<(Encoder, Decoder)>,
+    peer: SocketAddr,
+    meter: fec::Meter,
+}
+
+impl Side {
+    fn receive(&mut self, now: Instant, from: SocketAddr, data: Vec<u8>) {
+        if let Some((_, dec)) = self.fec.as_mut() {
+            if fec::is_parity(&data) {
+                if let Some(rebuilt) = dec.on_parity(now, from, &data) {
+                    self.receive(now, from, rebuilt);
+                }
+                return;
+            }
+            dec.on_datagram(now, from, &data);
+        }
+        let mut buf = Vec::new();
+        match self
+            .ep
+            .handle(now, from, None, None, BytesMut::from(&data[..]), &mut buf)
+        {
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                assert!(self.conn.is_none(), "one connection per side");
+                let mut buf = Vec::new();
+                let (ch, conn) = self
+                    .ep
+                    .accept(incoming, now, &mut buf, None)
+                    .expect("server accepts");
+                self.conn = Some((ch, conn));
+            }
+            Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
+                let (own, conn) = self.conn.as_mut().expect("connection exists");
+                assert_eq!(*own, ch);
+                conn.handle_event(ev);
+            }
+            Some(DatagramEvent::Response(t)) => self.out.push(buf[..t.size].to_vec()),
+            None => {}
+        }
+    }
+
+    fn service(&mut self, now: Instant) {
+        let Some((ch, conn)) = self.conn.as_mut() else {
+            return;
+        };
+        if conn.poll_timeout().is_some_and(|t| t <= now) {
+            conn.handle_timeout(now);
+        }
+        while let Some(ev) = conn.poll_endpoint_events() {
+            if let Some(cev) = self.ep.handle_event(*ch, ev) {
+                conn.handle_event(cev);
+            }
+        }
+        while let Some(ev) = conn.poll() {
+            if let quinn_proto::Event::ConnectionLost { reason } = ev {
+                panic!("connection lost: {reason}");
+            }
+        }
+    }
+
+    /// Datagrams to put on the link now: the connection's, then any parity due.
+    fn transmit(&mut self, now: Instant) -> Vec<Vec<u8>> {
+        let mut out: Vec<Vec<u8>> = self.out.drain(..).collect();
+        if let Some((_, conn)) = self.conn.as_mut() {
+            let mut buf = Vec::new();
+            while let Some(t) = conn.poll_transmit(now, 1, &mut buf) {
+                out.push(buf[..t.size].to_vec());
+                buf.clear();
+            }
+        }
+        if let Some((enc, _)) = self.fec.as_mut() {
+            let mut parity = Vec::new();
+            for d in &out {
+                // The product's rule (pool::parity): no parity while the sends over the meter's
+                // window exceed BUSY_SHARE of the link.
+                self.meter.record(now, d.len() as u64 + UDP_OVERHEAD);
+                let busy = self.meter.rate_bps(now) as f64 >= BUSY_SHARE * RATE_BPS as f64;
+                parity.extend(enc.on_send(now, self.peer, None, [&d[..]], !busy));
+            }
+            parity.extend(enc.poll_flush(now));
+            out.extend(parity.into_iter().map(|o| o.datagram));
+        }
+        out
+    }
+
+    fn timeout(&mut self) -> Option<Instant> {
+        let conn = self.conn.as_mut().and_then(|(_, c)| c.poll_timeout());
+        let fec = self.fec.as_ref().and_then(|(e, _)| e.poll_timeout());
+        conn.into_iter().chain(fec).min()
+    }
+}
+
+/// Reads what is available on `id`: bytes, and whether the stream has ended.
+fn read_some(conn: &mut Connection, id: StreamId, keep: Option<&mut Vec<u8>>) -> (u64, bool) {
+    let mut recv = conn.recv_stream(id);
+    let Ok(mut chunks) = recv.read(true) else {
+        return (0, false);
+    };
+    let mut n = 0;
+    let mut keep = keep;
+    let mut end = false;
+    loop {
+        match chunks.next(usize::MAX) {
+            Ok(Some(c)) => {
+                n += c.bytes.len() as u64;
+                if let Some(k) = keep.as_deref_mut() {
+                    k.extend_from_slice(&c.bytes);
+                }
+            }
+            Ok(None) => {
+                end = true;
+                break;
+            }
+            Err(ReadError::Blocked) => break,
+            Err(e) => panic!("stream {id} read: {e}"),
+        }
+    }
+    let _ = chunks.finalize();
+    (n, end)
+}
+
+/// What the workload asks of the server: reply sizes by request, and where it stands.
+#[derive(Default)]
+struct Server {
+    requests: BTreeMap<StreamId, Vec<u8>>,
+    /// Stream, reply bytes left to write.
+    replies: Vec<(StreamId, u64)>,
+}
+
+impl Server {
+    fn step(&mut self, conn: &mut Connection) {
+        while let Some(id) = conn.streams().accept(Dir::Bi) {
+            self.requests.insert(id, Vec::new());
+        }
+        let ids: Vec<StreamId> = self.requests.keys().copied().collect();
+        for id in ids {
+            let buf = self.requests.get_mut(&id).expect("request");
+            let (_, end) = read_some(conn, id, Some(buf));
+            if end {
+                let req = self.requests.remove(&id).expect("request");
+                let size = u64::from_be_bytes(req[..8].try_into().expect("size"));
+                self.replies.push((id, size));
+            }
+        }
+        static CHUNK: [u8; 16 * 1024] = [0x42; 16 * 1024];
+        self.replies.retain_mut(|(id, left)| {
+            let mut s = conn.send_stream(*id);
+            while *left > 0 {
+                let k = (*left).min(CHUNK.len() as u64) as usize;
+                match s.write(&CHUNK[..k]) {
+                    Ok(0) | Err(quinn_proto::WriteError::Blocked) => return true,
+                    Ok(n) => *left -= n as u64,
+                    Err(e) => panic!("reply write: {e}"),
+                }
+            }
+            s.finish().expect("finish");
+            false
+        });
+    }
+}
+
+/// One lane of the page: its replies' sizes and the exchange in progress.
+struct Lane {
+    sizes: Vec<u64>,
+    next: usize,
+    current: Option<(StreamId, u64)>,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    /// First request to last reply read (page), or bytes read per second (bulk).
+    time: Duration,
+    /// Datagrams rebuilt from parity, both sides.
+    rebuilt: u64,
+    /// Datagrams and wire bytes the server and the client put on the link.
+    down: (u64, u64),
+    up: (u64, u64),
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Log-uniform reply sizes, 2–60 KB.
+fn page(seed: u64) -> Vec<Lane> {
+    let mut rng = Rng(seed ^ 0x5eed);
+    (0..LANES)
+        .map(|_| Lane {
+            sizes: (0..EXCHANGES)
+                .map(|_| (2000.0 * 30f64.powf(rng.next_f64())) as u64)
+                .collect(),
+            next: 0,
+            current: None,
+        })
+        .collect()
+}
+
+/// Runs `lanes` over the lossy link with loss seed `seed`; `parity` adds parity on both sides.
+fn run(mut lanes: Vec<Lane>, seed: u64, loss: f64, parity: bool) -> Outcome {
+    let (ccfg, scfg) = configs();
+    let base = Instant::now();
+    // As the pool's endpoints: the fixed bit is never greased, so no QUIC packet looks like parity.
+    let mut ep_cfg = EndpointConfig::default();
+    ep_cfg.grease_quic_bit(false);
+    let ep_cfg = Arc::new(ep_cfg);
+    let server_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 99, 0, 2), 4444));
+    let client_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 99, 0, 1), 50000));
+    let fec = || {
+        parity.then(|| {
+            (
+                Encoder::new(FecConfig::default()),
+                Decoder::new(FecConfig::default()),
+            )
+        })
+    };
+    let mut server = Side {
+        ep: Endpoint::new(ep_cfg.clone(), Some(Arc::new(scfg)), true, Some([2; 32])),
+        conn: None,
+        out: Vec::new(),
+        fec: fec(),
+        peer: client_addr,
+        meter: fec::Meter::new(meter_window(RTT)),
+    };
+    let mut client = Side {
+        ep: Endpoint::new(ep_cfg, None, true, Some([1; 32])),
+        conn: None,
+        out: Vec::new(),
+        fec: fec(),
+        peer: server_addr,
+        meter: fec::Meter::new(meter_window(RTT)),
+    };
+    client.conn = Some(
+        client
+            .ep
+            .connect(base, ccfg, server_addr, DEFAULT_SERVER_NAME)
+            .expect("connect"),
+    );
+    // The handshake crosses a lossless link (a warm pool connection); loss starts with the page.
+    let mut up = Link::new(seed.wrapping_mul(2), 0.0);
+    let mut down = Link::new(seed.wrapping_mul(2) + 1, 0.0);
+    let mut app = Server::default();
+    let mut now = Duration::ZERO;
+    let mut started = None;
+    let deadline = Duration::from_secs(120);
+
+    loop {
+        let at = base + now;
+        while let Some(d) = up.pop_due(now) {
+            server.receive(at, client_addr, d);
+        }
+        while let Some(d) = down.pop_due(now) {
+            client.receive(at, server_addr, d);
+        }
+        client.service(at);
+        server.service(at);
+
+        if let Some((_, c)) = client.conn.as_mut().filter(|(_, c)| !c.is_handshaking()) {
+            // Start one second after the handshake, on a connection at rest.
+            let start = *started.get_or_insert(now + Duration::from_secs(1));
+            if now >= start {
+                if up.loss == 0.0 {
+                    up.loss = loss;
+                    down.loss = loss;
+                }
+                let mut done = true;
+                for lane in lanes.iter_mut() {
+                    if let Some((id, left)) = lane.current.as_mut() {
+                        let (n, end) = read_some(c, *id, None);
+                        *left = left.saturating_sub(n);
+                        if end {
+                            assert_eq!(*left, 0, "reply complete");
+                            lane.current = None;
+                        }
+                    }
+                    if lane.current.is_none() && lane.next < lane.sizes.len() {
+                        let size = lane.sizes[lane.next];
+                        lane.next += 1;
+                        let id = c.streams().open(Dir::Bi).expect("stream");
+                        let mut req = vec![0u8; REQUEST];
+                        req[..8].copy_from_slice(&size.to_be_bytes());
+                        c.send_stream(id).write_all_chunks_for_test(&req);
+                        c.send_stream(id).finish().expect("finish");
+                        lane.current = Some((id, size));
+                    }
+                    done &= lane.current.is_none() && lane.next == lane.sizes.len();
+                }
+                if done {
+                    let rebuilt = |s: &Side| s.fec.as_ref().map_or(0, |(_, d)| d.stats().rebuilt);
+                    return Outcome {
+                        time: now - start,
+                        rebuilt: rebuilt(&server) + rebuilt(&client),
+                        down: (down.sent, down.bytes),
+                        up: (up.sent, up.bytes),
+                    };
+                }
+            }
+        }
+        if let Some((_, c)) = server.conn.as_mut() {
+            app.step(c);
+        }
+
+        for d in client.transmit(at) {
+            up.send(now, d);
+        }
+        for d in server.transmit(at) {
+            down.send(now, d);
+        }
+        client.service(at);
+        server.service(at);
+        assert!(now < deadline, "the page did not finish in {deadline:?}");
+
+        let mut next = [
+            up.next_arrival(),
+            down.next_arrival(),
+            client.timeout().map(|t| t - base),
+            server.timeout().map(|t| t - base),
+            started.filter(|&s| s > now),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("something is pending");
+        next = next.max(now);
+        if next == now {
+            next = now + Duration::from_micros(1);
+        }
+        now = next;
+    }
+}
+
+/// Test-only helper: a request fits the send window whole.
+trait WriteAll {
+    fn write_all_chunks_for_test(&mut self, data: &[u8]);
+}
+
+impl WriteAll for quinn_proto::SendStream<'_> {
+    fn write_all_chunks_for_test(&mut self, data: &[u8]) {
+        let n = self.write(data).expect("request write");
+        assert_eq!(n, data.len(), "a request goes out whole");
+    }
+}
+
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Without loss parity costs a page little (its bytes only); on the lossy link it takes back
+/// most of what loss costs the page, at the median and in the tail.
+#[test]
+fn parity_shortens_a_page_on_a_lossy_link() {
+    for s in [1u64, 2] {
+        let (without, with) = (run(page(s), s, 0.0, false), run(page(s), s, 0.0, true));
+        eprintln!(
+            "lossless page: {:.0} ms without parity, {:.0} ms with; wire bytes down {:.3} ×, \
+             up {:.3} ×",
+            ms(without.time),
+            ms(with.time),
+            with.down.1 as f64 / without.down.1 as f64,
+            with.up.1 as f64 / without.up.1 as f64,
+        );
+        assert_eq!(with.rebuilt, 0, "nothing lost, nothing rebuilt");
+        assert!(
+            with.time.as_secs_f64() <= 1.02 * without.time.as_secs_f64(),
+            "parity made a lossless page {:.0} ms against {:.0}",
+            ms(with.time),
+            ms(without.time)
+        );
+    }
+
+    let (mut lossless, mut without, mut with) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut rebuilt, mut bytes, mut plain) = (0, 0, 0);
+    for seed in SEEDS {
+        lossless.push(run(page(seed), seed, 0.0, false).time);
+        let a = run(page(seed), seed, LOSS, false);
+        let b = run(page(seed), seed, LOSS, true);
+        without.push(a.time);
+        with.push(b.time);
+        rebuilt += b.rebuilt;
+        bytes += b.down.1 + b.up.1;
+        plain += a.down.1 + a.up.1;
+    }
+    for v in [&mut lossless, &mut without, &mut with] {
+        v.sort();
+    }
+    let n = SEEDS.end - SEEDS.start;
+    let q = |v: &[Duration], x| ms(quantile(v, x));
+    eprintln!(
+        "page, {n} seeds, median / p90 / max ms: lossless {:.0} / {:.0} / {:.0}; {:.1} % loss \
+         without parity {:.0} / {:.0} / {:.0}; with parity {:.0} / {:.0} / {:.0} ({:.1} \
+         datagrams rebuilt per page; wire bytes {:.3} × those without)",
+        q(&lossless, 0.5),
+        q(&lossless, 0.9),
+        q(&lossless, 1.0),
+        LOSS * 100.0,
+        q(&without, 0.5),
+        q(&without, 0.9),
+        q(&without, 1.0),
+        q(&with, 0.5),
+        q(&with, 0.9),
+        q(&with, 1.0),
+        rebuilt as f64 / n as f64,
+        bytes as f64 / plain as f64,
+    );
+    // What loss costs the page at the median, and how much of it parity takes back.
+    let cost = q(&without, 0.5) - q(&lossless, 0.5);
+    let left = q(&with, 0.5) - q(&lossless, 0.5);
+    assert!(cost > 0.0);
+    assert!(left <= 0.5 * cost, "parity left {left:.0} of {cost:.0} ms");
+    assert!(quantile(&with, 0.9) < quantile(&without, 0.9));
+}
