@@ -113,6 +113,34 @@ pub struct QuicSection {
     /// Initial congestion window in bytes; absent = the controller's default (~14.7 KB).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub initial_window: Option<u64>,
+    /// Parity datagrams (`pool::parity`): `auto` (default) protects interactive connections
+    /// whose path shows loss, `always` whatever the loss, `off` neither sends nor decodes
+    /// them. Both sides must run it for it to act (the HELLOs say so).
+    pub parity: ParityName,
+}
+
+/// `[quic] parity` / `--quic-parity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ParityName {
+    /// Neither send nor decode parity.
+    Off,
+    /// Parity for interactive connections whose path shows loss.
+    #[default]
+    Auto,
+    /// Parity for interactive connections whatever the loss.
+    Always,
+}
+
+impl ParityName {
+    /// The pool crate's mode.
+    pub fn mode(self) -> pool::parity::ParityMode {
+        match self {
+            ParityName::Off => pool::parity::ParityMode::Off,
+            ParityName::Auto => pool::parity::ParityMode::Auto,
+            ParityName::Always => pool::parity::ParityMode::Always,
+        }
+    }
 }
 
 impl Default for QuicSection {
@@ -121,6 +149,7 @@ impl Default for QuicSection {
             keep_alive_ms: DEFAULT_QUIC_KEEP_ALIVE_MS,
             idle_timeout_ms: DEFAULT_QUIC_IDLE_TIMEOUT_MS,
             initial_window: None,
+            parity: ParityName::default(),
         }
     }
 }
@@ -133,6 +162,7 @@ impl QuicSection {
             initial_window: self.initial_window,
             keep_alive: Duration::from_millis(self.keep_alive_ms),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            parity: self.parity.mode(),
             ..pool::quic::QuicOptions::for_link_bdps(
                 Duration::from_millis(u64::from(link.rtt_ms)),
                 u64::from(link.rate_mbit) * 1_000_000,

@@ -101,6 +101,9 @@ pub struct Metrics {
     quic_lost: Family<ConnLabels, Gauge>,
     quic_sent: Family<ConnLabels, Gauge>,
     quic_congestion: Family<ConnLabels, Gauge>,
+    quic_parity_on: Family<ConnLabels, Gauge>,
+    quic_parity_sent: Family<ConnLabels, Gauge>,
+    quic_parity_rebuilt: Family<ConnLabels, Gauge>,
     open_waiting: Family<Labels1, Gauge>,
     stream_limit: Family<Labels1, Gauge>,
     /// Edge pools whose stream limit is read at scrape time.
@@ -153,6 +156,9 @@ impl Metrics {
             quic_lost: Family::default(),
             quic_sent: Family::default(),
             quic_congestion: Family::default(),
+            quic_parity_on: Family::default(),
+            quic_parity_sent: Family::default(),
+            quic_parity_rebuilt: Family::default(),
             open_waiting: Family::default(),
             stream_limit: Family::default(),
             limits: Mutex::new(Vec::new()),
@@ -261,6 +267,21 @@ impl Metrics {
             "pool_connection_quic_congestion_events",
             "QUIC congestion window reductions over the connection's life",
             m.quic_congestion.clone(),
+        );
+        registry.register(
+            "pool_connection_quic_parity_on",
+            "1 while parity datagrams protect this QUIC connection's sends (held back while the link is busy)",
+            m.quic_parity_on.clone(),
+        );
+        registry.register(
+            "pool_connection_quic_parity_sent",
+            "Parity datagrams sent to the peer over the connection's life",
+            m.quic_parity_sent.clone(),
+        );
+        registry.register(
+            "pool_connection_quic_parity_rebuilt",
+            "Datagrams from the peer rebuilt from its parity over the connection's life",
+            m.quic_parity_rebuilt.clone(),
         );
         registry.register(
             "pool_open_waiting",
@@ -384,6 +405,9 @@ impl Metrics {
         self.quic_lost.clear();
         self.quic_sent.clear();
         self.quic_congestion.clear();
+        self.quic_parity_on.clear();
+        self.quic_parity_sent.clear();
+        self.quic_parity_rebuilt.clear();
         self.open_waiting.clear();
         self.handshakes_pending.clear();
         self.refused.clear();
@@ -477,6 +501,15 @@ impl Metrics {
                     self.quic_congestion
                         .get_or_create(&l)
                         .set(g(q.congestion_events));
+                    self.quic_parity_on
+                        .get_or_create(&l)
+                        .set(i64::from(q.parity_on));
+                    self.quic_parity_sent
+                        .get_or_create(&l)
+                        .set(g(q.parity_sent));
+                    self.quic_parity_rebuilt
+                        .get_or_create(&l)
+                        .set(g(q.parity_rebuilt));
                 }
             }
         }

@@ -248,16 +248,27 @@ pub struct CarrierFlags {
     /// Transport of the pool connections (quic needs TLS files).
     #[arg(long, value_enum)]
     pub carrier: Option<CarrierName>,
+    /// Parity datagrams on QUIC pool connections (`[quic] parity`).
+    #[arg(long, value_enum)]
+    pub quic_parity: Option<crate::config::ParityName>,
 }
 
 impl CarrierFlags {
     /// Overrides the configured values.
-    pub fn apply(&self, congestion: &mut Option<String>, carrier: &mut CarrierName) {
+    pub fn apply(
+        &self,
+        congestion: &mut Option<String>,
+        carrier: &mut CarrierName,
+        quic: &mut crate::config::QuicSection,
+    ) {
         if let Some(v) = &self.congestion {
             *congestion = Some(v.clone());
         }
         if let Some(v) = self.carrier {
             *carrier = v;
+        }
+        if let Some(v) = self.quic_parity {
+            quic.parity = v;
         }
     }
 }

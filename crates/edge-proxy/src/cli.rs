@@ -120,8 +120,11 @@ impl app::process::Flags for Flags {
         if let Some(v) = self.policy {
             cfg.pool.policy = v;
         }
-        self.carrier
-            .apply(&mut cfg.pool.congestion, &mut cfg.pool.carrier);
+        self.carrier.apply(
+            &mut cfg.pool.congestion,
+            &mut cfg.pool.carrier,
+            &mut cfg.pool.quic,
+        );
         if let Some(v) = self.connect_reply {
             cfg.connect_reply = match v {
                 ConnectReplyArg::Optimistic => ConnectReply::Optimistic,

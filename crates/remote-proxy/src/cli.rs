@@ -49,7 +49,8 @@ impl app::process::Flags for Flags {
         if self.allow_private_targets {
             cfg.allow_private_targets = Some(true);
         }
-        self.carrier.apply(&mut cfg.congestion, &mut cfg.carrier);
+        self.carrier
+            .apply(&mut cfg.congestion, &mut cfg.carrier, &mut cfg.quic);
         if let Some(v) = self.reply_policy {
             cfg.reply_policy = v;
         }
