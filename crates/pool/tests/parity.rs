@@ -123,6 +123,26 @@ async fn exchanges(pool: &Pool, n: usize, size: usize) {
     }
 }
 
+/// A remote running `remote`, an edge pool running `edge` (through the lossy relay when
+/// `lossy`), up; the relay's drop counter.
+async fn bed(
+    remote: ParityMode,
+    edge: ParityMode,
+    lossy: bool,
+) -> (tempfile::TempDir, Arc<Server>, Pool, Arc<AtomicU64>) {
+    let d = tempfile::tempdir().unwrap();
+    gen_keys(d.path(), &GenKeysOptions::default()).unwrap();
+    let server = server(d.path(), remote).await;
+    let (to, dropped) = if lossy {
+        lossy_relay(server.local_addr(), 10, 20).await
+    } else {
+        (server.local_addr(), Arc::new(AtomicU64::new(0)))
+    };
+    let pool = pool(to, d.path(), edge);
+    assert!(pool.ready(Duration::from_secs(10)).await, "pool up");
+    (d, server, pool, dropped)
+}
+
 fn quic_stats(stats: Vec<pool::ConnStats>) -> pool::quic::QuicConnStats {
     stats
         .into_iter()
@@ -132,12 +152,7 @@ fn quic_stats(stats: Vec<pool::ConnStats>) -> pool::quic::QuicConnStats {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parity_rebuilds_lost_datagrams_both_ways() {
-    let d = tempfile::tempdir().unwrap();
-    gen_keys(d.path(), &GenKeysOptions::default()).unwrap();
-    let server = server(d.path(), ParityMode::Always).await;
-    let (relay, dropped) = lossy_relay(server.local_addr(), 10, 20).await;
-    let pool = pool(relay, d.path(), ParityMode::Always);
-    assert!(pool.ready(Duration::from_secs(10)).await, "pool up");
+    let (_d, server, pool, dropped) = bed(ParityMode::Always, ParityMode::Always, true).await;
     exchanges(&pool, 30, 40_000).await;
     let edge = quic_stats(pool.stats());
     let remote = quic_stats(server.stats());
@@ -168,12 +183,7 @@ async fn parity_rebuilds_lost_datagrams_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_side_without_parity_is_sent_none() {
-    let d = tempfile::tempdir().unwrap();
-    gen_keys(d.path(), &GenKeysOptions::default()).unwrap();
-    let server = server(d.path(), ParityMode::Always).await;
-    let (relay, _) = lossy_relay(server.local_addr(), 10, 20).await;
-    let pool = pool(relay, d.path(), ParityMode::Off);
-    assert!(pool.ready(Duration::from_secs(10)).await, "pool up");
+    let (_d, server, pool, _) = bed(ParityMode::Always, ParityMode::Off, true).await;
     exchanges(&pool, 10, 40_000).await;
     let edge = quic_stats(pool.stats());
     let remote = quic_stats(server.stats());
@@ -185,11 +195,7 @@ async fn a_side_without_parity_is_sent_none() {
 /// `auto` protects nothing on a clean path: no parity crosses it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_sends_no_parity_on_a_clean_path() {
-    let d = tempfile::tempdir().unwrap();
-    gen_keys(d.path(), &GenKeysOptions::default()).unwrap();
-    let server = server(d.path(), ParityMode::Auto).await;
-    let pool = pool(server.local_addr(), d.path(), ParityMode::Auto);
-    assert!(pool.ready(Duration::from_secs(10)).await, "pool up");
+    let (_d, server, pool, _) = bed(ParityMode::Auto, ParityMode::Auto, false).await;
     exchanges(&pool, 10, 40_000).await;
     let edge = quic_stats(pool.stats());
     let remote = quic_stats(server.stats());

@@ -23,23 +23,21 @@
 
 mod quic_vt;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use pool::fec::{self, Decoder, Encoder, FecConfig};
 use pool::parity::{meter_window, BUSY_SHARE};
 use pool::quic::QuicOptions;
 use pool::rate::RateConfig;
 use pool::tls::DEFAULT_SERVER_NAME;
 use quinn_proto::{
-    ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint, EndpointConfig,
-    IdleTimeout, ReadError, ServerConfig, StreamId, TransportConfig, VarInt,
+    ClientConfig, Connection, Dir, Endpoint, EndpointConfig, ServerConfig, StreamId,
+    TransportConfig,
 };
 
-const UDP_OVERHEAD: u64 = 28;
 const RTT: Duration = Duration::from_millis(200);
 const RATE_BPS: u64 = 10_000_000;
 const LOSS: f64 = 0.015;
@@ -49,86 +47,35 @@ const REQUEST: usize = 400;
 /// Seeds of the page runs.
 const SEEDS: std::ops::Range<u64> = 1..41;
 
-/// splitmix64.
-struct Rng(u64);
+use quic_vt::{Link, Rng, UDP_OVERHEAD};
 
-impl Rng {
-    fn next_f64(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// One direction: FIFO bottleneck with a drop-tail buffer, loss, then propagation.
-struct Link {
-    one_way: Duration,
-    free_at: Duration,
-    flight: VecDeque<(Duration, Vec<u8>)>,
+/// One direction of the link with random loss.
+struct Lossy {
+    link: Link,
     rng: Rng,
     loss: f64,
-    sent: u64,
-    bytes: u64,
 }
 
-impl Link {
-    fn new(seed: u64, loss: f64) -> Link {
-        Link {
-            one_way: RTT / 2,
-            free_at: Duration::ZERO,
-            flight: VecDeque::new(),
+impl Lossy {
+    fn new(seed: u64) -> Lossy {
+        Lossy {
+            link: Link::new(RATE_BPS, RTT),
             rng: Rng(seed),
-            loss,
-            sent: 0,
-            bytes: 0,
+            loss: 0.0,
         }
     }
 
     fn send(&mut self, now: Duration, d: Vec<u8>) {
-        if self.free_at.saturating_sub(now) > RTT {
-            return;
-        }
-        let wire = d.len() as u64 + UDP_OVERHEAD;
-        self.sent += 1;
-        self.bytes += wire;
-        self.free_at =
-            self.free_at.max(now) + Duration::from_nanos(wire * 8_000_000_000 / RATE_BPS);
-        if self.rng.next_f64() >= self.loss {
-            self.flight.push_back((self.free_at + self.one_way, d));
-        }
-    }
-
-    fn next_arrival(&self) -> Option<Duration> {
-        self.flight.front().map(|f| f.0)
-    }
-
-    fn pop_due(&mut self, now: Duration) -> Option<Vec<u8>> {
-        if self.flight.front().is_some_and(|f| f.0 <= now) {
-            self.flight.pop_front().map(|f| f.1)
-        } else {
-            None
-        }
+        let lost = self.rng.next_f64() < self.loss;
+        self.link.send(now, d, lost);
     }
 }
 
 fn transport() -> TransportConfig {
-    // The settings of the product's QuicOptions::transport with `rate` (crates/pool/src/quic.rs).
+    // The product's settings with `rate`, its default controller.
     let o = QuicOptions::for_link(RTT, RATE_BPS);
-    o.validate().expect("product options are valid");
-    let mut t = TransportConfig::default();
-    t.stream_receive_window(VarInt::from_u64(o.stream_receive_window).expect("window"))
-        .receive_window(VarInt::from_u64(o.receive_window).expect("window"))
-        .send_window(o.send_window)
-        .max_concurrent_bidi_streams(VarInt::from_u32(o.max_streams))
-        .max_concurrent_uni_streams(VarInt::from_u32(1))
-        .keep_alive_interval(Some(o.keep_alive))
-        .max_idle_timeout(Some(IdleTimeout::try_from(o.idle_timeout).expect("idle")))
-        .initial_rtt(o.initial_rtt)
-        .datagram_receive_buffer_size(None)
-        .congestion_controller_factory(Arc::new(RateConfig::new(o.link_rate_bps, o.initial_rtt)));
+    let mut t = quic_vt::transport(&o);
+    t.congestion_controller_factory(Arc::new(RateConfig::new(o.link_rate_bps, o.initial_rtt)));
     t
 }
 
@@ -139,9 +86,7 @@ fn configs() -> (ClientConfig, ServerConfig) {
 /// One endpoint with its single connection and, optionally, parity on what it sends and
 /// repairs from what it receives.
 struct Side {
-    ep: Endpoint,
-    conn: Option<(ConnectionHandle, Connection)>,
-    out: Vec<Vec<u8>>,
+    q: quic_vt::Side,
     fec: Option<(Encoder, Decoder)>,
     peer: SocketAddr,
     meter: fec::Meter,
@@ -152,65 +97,26 @@ impl Side {
         if let Some((_, dec)) = self.fec.as_mut() {
             if fec::is_parity(&data) {
                 if let Some(rebuilt) = dec.on_parity(now, from, &data) {
-                    self.receive(now, from, rebuilt);
+                    self.q.receive(now, from, rebuilt);
                 }
                 return;
             }
             dec.on_datagram(now, from, &data);
         }
-        let mut buf = Vec::new();
-        match self
-            .ep
-            .handle(now, from, None, None, BytesMut::from(&data[..]), &mut buf)
-        {
-            Some(DatagramEvent::NewConnection(incoming)) => {
-                assert!(self.conn.is_none(), "one connection per side");
-                let mut buf = Vec::new();
-                let (ch, conn) = self
-                    .ep
-                    .accept(incoming, now, &mut buf, None)
-                    .expect("server accepts");
-                self.conn = Some((ch, conn));
-            }
-            Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
-                let (own, conn) = self.conn.as_mut().expect("connection exists");
-                assert_eq!(*own, ch);
-                conn.handle_event(ev);
-            }
-            Some(DatagramEvent::Response(t)) => self.out.push(buf[..t.size].to_vec()),
-            None => {}
-        }
+        self.q.receive(now, from, data);
     }
 
     fn service(&mut self, now: Instant) {
-        let Some((ch, conn)) = self.conn.as_mut() else {
-            return;
-        };
-        if conn.poll_timeout().is_some_and(|t| t <= now) {
-            conn.handle_timeout(now);
-        }
-        while let Some(ev) = conn.poll_endpoint_events() {
-            if let Some(cev) = self.ep.handle_event(*ch, ev) {
-                conn.handle_event(cev);
-            }
-        }
-        while let Some(ev) = conn.poll() {
-            if let quinn_proto::Event::ConnectionLost { reason } = ev {
-                panic!("connection lost: {reason}");
-            }
+        self.q.service(now);
+        if let Some(why) = &self.q.lost {
+            panic!("connection lost: {why}");
         }
     }
 
     /// Datagrams to put on the link now: the connection's, then any parity due.
     fn transmit(&mut self, now: Instant) -> Vec<Vec<u8>> {
-        let mut out: Vec<Vec<u8>> = self.out.drain(..).collect();
-        if let Some((_, conn)) = self.conn.as_mut() {
-            let mut buf = Vec::new();
-            while let Some(t) = conn.poll_transmit(now, 1, &mut buf) {
-                out.push(buf[..t.size].to_vec());
-                buf.clear();
-            }
-        }
+        self.q.transmit(now);
+        let mut out: Vec<Vec<u8>> = self.q.out.drain(..).collect();
         if let Some((enc, _)) = self.fec.as_mut() {
             let mut parity = Vec::new();
             for d in &out {
@@ -227,39 +133,10 @@ impl Side {
     }
 
     fn timeout(&mut self) -> Option<Instant> {
-        let conn = self.conn.as_mut().and_then(|(_, c)| c.poll_timeout());
+        let conn = self.q.timeout();
         let fec = self.fec.as_ref().and_then(|(e, _)| e.poll_timeout());
         conn.into_iter().chain(fec).min()
     }
-}
-
-/// Reads what is available on `id`: bytes, and whether the stream has ended.
-fn read_some(conn: &mut Connection, id: StreamId, keep: Option<&mut Vec<u8>>) -> (u64, bool) {
-    let mut recv = conn.recv_stream(id);
-    let Ok(mut chunks) = recv.read(true) else {
-        return (0, false);
-    };
-    let mut n = 0;
-    let mut keep = keep;
-    let mut end = false;
-    loop {
-        match chunks.next(usize::MAX) {
-            Ok(Some(c)) => {
-                n += c.bytes.len() as u64;
-                if let Some(k) = keep.as_deref_mut() {
-                    k.extend_from_slice(&c.bytes);
-                }
-            }
-            Ok(None) => {
-                end = true;
-                break;
-            }
-            Err(ReadError::Blocked) => break,
-            Err(e) => panic!("stream {id} read: {e}"),
-        }
-    }
-    let _ = chunks.finalize();
-    (n, end)
 }
 
 /// What the workload asks of the server: reply sizes by request, and where it stands.
@@ -278,7 +155,7 @@ impl Server {
         let ids: Vec<StreamId> = self.requests.keys().copied().collect();
         for id in ids {
             let buf = self.requests.get_mut(&id).expect("request");
-            let (_, end) = read_some(conn, id, Some(buf));
+            let (_, end) = quic_vt::read_stream(conn, id, Some(buf));
             if end {
                 let req = self.requests.remove(&id).expect("request");
                 let size = u64::from_be_bytes(req[..8].try_into().expect("size"));
@@ -349,39 +226,35 @@ fn run(mut lanes: Vec<Lane>, seed: u64, loss: f64, parity: bool) -> Outcome {
     let ep_cfg = Arc::new(ep_cfg);
     let server_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 99, 0, 2), 4444));
     let client_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 99, 0, 1), 50000));
-    let fec = || {
-        parity.then(|| {
+    let side = |ep, peer| Side {
+        q: quic_vt::Side::new(ep),
+        fec: parity.then(|| {
             (
-                Encoder::new(FecConfig::default()),
-                Decoder::new(FecConfig::default()),
+                Encoder::new(FecConfig::for_rtt(RTT)),
+                Decoder::new(FecConfig::for_rtt(RTT)),
             )
-        })
-    };
-    let mut server = Side {
-        ep: Endpoint::new(ep_cfg.clone(), Some(Arc::new(scfg)), true, Some([2; 32])),
-        conn: None,
-        out: Vec::new(),
-        fec: fec(),
-        peer: client_addr,
+        }),
+        peer,
         meter: fec::Meter::new(meter_window(RTT)),
     };
-    let mut client = Side {
-        ep: Endpoint::new(ep_cfg, None, true, Some([1; 32])),
-        conn: None,
-        out: Vec::new(),
-        fec: fec(),
-        peer: server_addr,
-        meter: fec::Meter::new(meter_window(RTT)),
-    };
-    client.conn = Some(
+    let mut server = side(
+        Endpoint::new(ep_cfg.clone(), Some(Arc::new(scfg)), true, Some([2; 32])),
+        client_addr,
+    );
+    let mut client = side(
+        Endpoint::new(ep_cfg, None, true, Some([1; 32])),
+        server_addr,
+    );
+    client.q.conn = Some(
         client
+            .q
             .ep
             .connect(base, ccfg, server_addr, DEFAULT_SERVER_NAME)
             .expect("connect"),
     );
     // The handshake crosses a lossless link (a warm pool connection); loss starts with the page.
-    let mut up = Link::new(seed.wrapping_mul(2), 0.0);
-    let mut down = Link::new(seed.wrapping_mul(2) + 1, 0.0);
+    let mut up = Lossy::new(seed.wrapping_mul(2));
+    let mut down = Lossy::new(seed.wrapping_mul(2) + 1);
     let mut app = Server::default();
     let mut now = Duration::ZERO;
     let mut started = None;
@@ -389,16 +262,16 @@ fn run(mut lanes: Vec<Lane>, seed: u64, loss: f64, parity: bool) -> Outcome {
 
     loop {
         let at = base + now;
-        while let Some(d) = up.pop_due(now) {
+        while let Some(d) = up.link.pop_due(now) {
             server.receive(at, client_addr, d);
         }
-        while let Some(d) = down.pop_due(now) {
+        while let Some(d) = down.link.pop_due(now) {
             client.receive(at, server_addr, d);
         }
         client.service(at);
         server.service(at);
 
-        if let Some((_, c)) = client.conn.as_mut().filter(|(_, c)| !c.is_handshaking()) {
+        if let Some((_, c)) = client.q.conn.as_mut().filter(|(_, c)| !c.is_handshaking()) {
             // Start one second after the handshake, on a connection at rest.
             let start = *started.get_or_insert(now + Duration::from_secs(1));
             if now >= start {
@@ -409,7 +282,7 @@ fn run(mut lanes: Vec<Lane>, seed: u64, loss: f64, parity: bool) -> Outcome {
                 let mut done = true;
                 for lane in lanes.iter_mut() {
                     if let Some((id, left)) = lane.current.as_mut() {
-                        let (n, end) = read_some(c, *id, None);
+                        let (n, end) = quic_vt::read_stream(c, *id, None);
                         *left = left.saturating_sub(n);
                         if end {
                             assert_eq!(*left, 0, "reply complete");
@@ -433,13 +306,13 @@ fn run(mut lanes: Vec<Lane>, seed: u64, loss: f64, parity: bool) -> Outcome {
                     return Outcome {
                         time: now - start,
                         rebuilt: rebuilt(&server) + rebuilt(&client),
-                        down: (down.sent, down.bytes),
-                        up: (up.sent, up.bytes),
+                        down: (down.link.sent, down.link.bytes),
+                        up: (up.link.sent, up.link.bytes),
                     };
                 }
             }
         }
-        if let Some((_, c)) = server.conn.as_mut() {
+        if let Some((_, c)) = server.q.conn.as_mut() {
             app.step(c);
         }
 
@@ -453,21 +326,16 @@ fn run(mut lanes: Vec<Lane>, seed: u64, loss: f64, parity: bool) -> Outcome {
         server.service(at);
         assert!(now < deadline, "the page did not finish in {deadline:?}");
 
-        let mut next = [
-            up.next_arrival(),
-            down.next_arrival(),
-            client.timeout().map(|t| t - base),
-            server.timeout().map(|t| t - base),
-            started.filter(|&s| s > now),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .expect("something is pending");
-        next = next.max(now);
-        if next == now {
-            next = now + Duration::from_micros(1);
-        }
+        let next = quic_vt::next_event(
+            now,
+            [
+                up.link.next_arrival(),
+                down.link.next_arrival(),
+                client.timeout().map(|t| t - base),
+                server.timeout().map(|t| t - base),
+                started.filter(|&s| s > now),
+            ],
+        );
         now = next;
     }
 }

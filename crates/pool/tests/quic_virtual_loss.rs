@@ -67,12 +67,11 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use pool::quic::{Congestion, QuicOptions};
 use pool::tls::DEFAULT_SERVER_NAME;
 use quinn_proto::{
-    congestion, ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint,
-    EndpointConfig, IdleTimeout, ReadError, ServerConfig, StreamId, TransportConfig, VarInt,
+    congestion, ClientConfig, Connection, Dir, Endpoint, EndpointConfig, IdleTimeout, ServerConfig,
+    StreamId, TransportConfig, VarInt,
 };
 
 /// Round-trip propagation delay of the `lossy` profile.
@@ -135,19 +134,7 @@ enum Loss {
     },
 }
 
-/// splitmix64: a small deterministic generator for the loss pattern.
-struct Rng(u64);
-
-impl Rng {
-    fn next_f64(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use quic_vt::Rng;
 
 struct InFlight<P> {
     arrive: Duration,
@@ -323,98 +310,11 @@ fn configs() -> (ClientConfig, ServerConfig) {
     quic_vt::configs(t)
 }
 
-/// One endpoint with its single connection.
-struct Side {
-    ep: Endpoint,
-    addr: SocketAddr,
-    conn: Option<(ConnectionHandle, Connection)>,
-    /// Datagrams produced, to put on the link.
-    out: Vec<Vec<u8>>,
-}
-
-impl Side {
-    fn receive(&mut self, now: Instant, from: SocketAddr, data: Vec<u8>) {
-        let mut buf = Vec::new();
-        match self
-            .ep
-            .handle(now, from, None, None, BytesMut::from(&data[..]), &mut buf)
-        {
-            Some(DatagramEvent::NewConnection(incoming)) => {
-                assert!(self.conn.is_none(), "one connection per side");
-                let mut buf = Vec::new();
-                let (ch, conn) = self
-                    .ep
-                    .accept(incoming, now, &mut buf, None)
-                    .expect("server accepts");
-                self.conn = Some((ch, conn));
-            }
-            Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
-                let (own, conn) = self.conn.as_mut().expect("connection exists");
-                assert_eq!(*own, ch);
-                conn.handle_event(ev);
-            }
-            Some(DatagramEvent::Response(t)) => self.out.push(buf[..t.size].to_vec()),
-            None => {}
-        }
-    }
-
-    /// Timers and endpoint events; then application events are drained.
-    fn service(&mut self, now: Instant) {
-        let Some((ch, conn)) = self.conn.as_mut() else {
-            return;
-        };
-        if conn.poll_timeout().is_some_and(|t| t <= now) {
-            conn.handle_timeout(now);
-        }
-        while let Some(ev) = conn.poll_endpoint_events() {
-            if let Some(cev) = self.ep.handle_event(*ch, ev) {
-                conn.handle_event(cev);
-            }
-        }
-        while conn.poll().is_some() {}
-    }
-
-    fn transmit(&mut self, now: Instant) {
-        let Some((_, conn)) = self.conn.as_mut() else {
-            return;
-        };
-        let mut buf = Vec::new();
-        while let Some(t) = conn.poll_transmit(now, 1, &mut buf) {
-            self.out.push(buf[..t.size].to_vec());
-            buf.clear();
-        }
-    }
-
-    fn timeout(&mut self) -> Option<Instant> {
-        self.conn.as_mut().and_then(|(_, c)| c.poll_timeout())
-    }
-
-    fn conn(&mut self) -> &mut Connection {
-        &mut self.conn.as_mut().expect("connected").1
-    }
-}
+use quic_vt::Side;
 
 /// Reads all available in-order bytes of `id`; returns (bytes, finished).
 fn read_all(conn: &mut Connection, id: StreamId) -> (u64, bool) {
-    let mut recv = conn.recv_stream(id);
-    let Ok(mut chunks) = recv.read(true) else {
-        return (0, false);
-    };
-    let mut n = 0;
-    let mut fin = false;
-    loop {
-        match chunks.next(usize::MAX) {
-            Ok(Some(c)) => n += c.bytes.len() as u64,
-            Ok(None) => {
-                fin = true;
-                break;
-            }
-            Err(ReadError::Blocked) => break,
-            Err(e) => panic!("stream {id} read: {e}"),
-        }
-    }
-    let _ = chunks.finalize();
-    (n, fin)
+    quic_vt::read_stream(conn, id, None)
 }
 
 /// Writes up to `left` bytes of `id` as far as the send window allows; finishes at 0.
@@ -467,21 +367,16 @@ fn run_quic(loss: Loss, run_after: Duration) -> Outcome {
     let ep_cfg = Arc::new(EndpointConfig::default());
     let server_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 99, 0, 2), 4444));
     let client_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 99, 0, 1), 50000));
-    let mut server = Side {
-        ep: Endpoint::new(ep_cfg.clone(), Some(Arc::new(sc)), true, Some([2; 32])),
-        addr: server_addr,
-        conn: None,
-        out: Vec::new(),
-    };
-    let mut client = Side {
-        ep: Endpoint::new(ep_cfg, None, true, Some([1; 32])),
-        addr: client_addr,
-        conn: None,
-        out: Vec::new(),
-    };
+    let mut server = Side::new(Endpoint::new(
+        ep_cfg.clone(),
+        Some(Arc::new(sc)),
+        true,
+        Some([2; 32]),
+    ));
+    let mut client = Side::new(Endpoint::new(ep_cfg, None, true, Some([1; 32])));
     let conn = client
         .ep
-        .connect(base, cc, server.addr, DEFAULT_SERVER_NAME)
+        .connect(base, cc, server_addr, DEFAULT_SERVER_NAME)
         .expect("connect");
     client.conn = Some(conn);
 
@@ -498,10 +393,10 @@ fn run_quic(loss: Loss, run_after: Duration) -> Outcome {
     for _ in 0..2_000_000 {
         let at = base + now;
         while let Some(d) = up.pop_due(now) {
-            server.receive(at, client.addr, d);
+            server.receive(at, client_addr, d);
         }
         while let Some(d) = down.pop_due(now) {
-            client.receive(at, server.addr, d);
+            client.receive(at, server_addr, d);
         }
         client.service(at);
         server.service(at);

@@ -21,22 +21,17 @@
 
 mod quic_vt;
 
-use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use pool::quic::{Congestion, QuicOptions};
 use pool::rate::{threshold, RateConfig};
 use pool::tls::DEFAULT_SERVER_NAME;
 use quinn_proto::{
-    congestion, ClientConfig, Connection, ConnectionHandle, DatagramEvent, Dir, Endpoint,
-    EndpointConfig, IdleTimeout, ReadError, ServerConfig, StreamId, TransportConfig, VarInt,
+    congestion, ClientConfig, Connection, Dir, Endpoint, EndpointConfig, ServerConfig, StreamId,
+    TransportConfig,
 };
-
-/// IP + UDP header bytes per datagram.
-const UDP_OVERHEAD: u64 = 28;
 
 /// One link and what the sender is told about it.
 #[derive(Debug, Clone, Copy)]
@@ -85,74 +80,9 @@ const SMALLER: Profile = Profile {
     end: Duration::from_secs(20),
 };
 
-/// splitmix64.
-struct Rng(u64);
+use quic_vt::Rng;
 
-impl Rng {
-    fn next_f64(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// One direction: FIFO bottleneck with a drop-tail buffer, then propagation.
-struct Link {
-    rate_bps: u64,
-    one_way: Duration,
-    /// Largest queueing delay the buffer holds.
-    buffer: Duration,
-    free_at: Duration,
-    flight: VecDeque<(Duration, Vec<u8>)>,
-    overflows: u64,
-}
-
-impl Link {
-    fn new(rate_bps: u64, rtt: Duration) -> Link {
-        Link {
-            rate_bps,
-            one_way: rtt / 2,
-            buffer: rtt,
-            free_at: Duration::ZERO,
-            flight: VecDeque::new(),
-            overflows: 0,
-        }
-    }
-
-    /// Queueing delay a datagram sent now would wait.
-    fn queue(&self, now: Duration) -> Duration {
-        self.free_at.saturating_sub(now)
-    }
-
-    /// Puts `d` on the link unless the buffer is full; `lost` drops it after the bottleneck.
-    fn send(&mut self, now: Duration, d: Vec<u8>, lost: bool) {
-        if self.queue(now) > self.buffer {
-            self.overflows += 1;
-            return;
-        }
-        let wire = d.len() as u64 + UDP_OVERHEAD;
-        self.free_at =
-            self.free_at.max(now) + Duration::from_nanos(wire * 8_000_000_000 / self.rate_bps);
-        if !lost {
-            self.flight.push_back((self.free_at + self.one_way, d));
-        }
-    }
-
-    fn next_arrival(&self) -> Option<Duration> {
-        self.flight.front().map(|f| f.0)
-    }
-
-    fn pop_due(&mut self, now: Duration) -> Option<Vec<u8>> {
-        if self.flight.front().is_some_and(|f| f.0 <= now) {
-            self.flight.pop_front().map(|f| f.1)
-        } else {
-            None
-        }
-    }
-}
+use quic_vt::Link;
 
 fn transport(p: &Profile, cc: Congestion) -> TransportConfig {
     // The settings of the product's QuicOptions::transport (crates/pool/src/quic.rs).
@@ -160,17 +90,7 @@ fn transport(p: &Profile, cc: Congestion) -> TransportConfig {
         congestion: cc,
         ..QuicOptions::for_link(p.rtt, p.configured_bps)
     };
-    o.validate().expect("product options are valid");
-    let mut t = TransportConfig::default();
-    t.stream_receive_window(VarInt::from_u64(o.stream_receive_window).expect("window"))
-        .receive_window(VarInt::from_u64(o.receive_window).expect("window"))
-        .send_window(o.send_window)
-        .max_concurrent_bidi_streams(VarInt::from_u32(o.max_streams))
-        .max_concurrent_uni_streams(VarInt::from_u32(1))
-        .keep_alive_interval(Some(o.keep_alive))
-        .max_idle_timeout(Some(IdleTimeout::try_from(o.idle_timeout).expect("idle")))
-        .initial_rtt(o.initial_rtt)
-        .datagram_receive_buffer_size(None);
+    let mut t = quic_vt::transport(&o);
     match o.congestion {
         Congestion::Rate => t.congestion_controller_factory(Arc::new(RateConfig::new(
             o.link_rate_bps,
@@ -193,92 +113,11 @@ fn configs(t: TransportConfig) -> (ClientConfig, ServerConfig) {
     quic_vt::configs(Arc::new(t))
 }
 
-/// One endpoint with its single connection.
-struct Side {
-    ep: Endpoint,
-    conn: Option<(ConnectionHandle, Connection)>,
-    out: Vec<Vec<u8>>,
-    /// Why the connection was lost, if it was.
-    lost: Option<String>,
-}
-
-impl Side {
-    fn receive(&mut self, now: Instant, from: SocketAddr, data: Vec<u8>) {
-        let mut buf = Vec::new();
-        match self
-            .ep
-            .handle(now, from, None, None, BytesMut::from(&data[..]), &mut buf)
-        {
-            Some(DatagramEvent::NewConnection(incoming)) => {
-                assert!(self.conn.is_none(), "one connection per side");
-                let mut buf = Vec::new();
-                let (ch, conn) = self
-                    .ep
-                    .accept(incoming, now, &mut buf, None)
-                    .expect("server accepts");
-                self.conn = Some((ch, conn));
-            }
-            Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
-                let (own, conn) = self.conn.as_mut().expect("connection exists");
-                assert_eq!(*own, ch);
-                conn.handle_event(ev);
-            }
-            Some(DatagramEvent::Response(t)) => self.out.push(buf[..t.size].to_vec()),
-            None => {}
-        }
-    }
-
-    fn service(&mut self, now: Instant) {
-        let Some((ch, conn)) = self.conn.as_mut() else {
-            return;
-        };
-        if conn.poll_timeout().is_some_and(|t| t <= now) {
-            conn.handle_timeout(now);
-        }
-        while let Some(ev) = conn.poll_endpoint_events() {
-            if let Some(cev) = self.ep.handle_event(*ch, ev) {
-                conn.handle_event(cev);
-            }
-        }
-        while let Some(ev) = conn.poll() {
-            if let quinn_proto::Event::ConnectionLost { reason } = ev {
-                self.lost.get_or_insert(reason.to_string());
-            }
-        }
-    }
-
-    fn transmit(&mut self, now: Instant) {
-        let Some((_, conn)) = self.conn.as_mut() else {
-            return;
-        };
-        let mut buf = Vec::new();
-        while let Some(t) = conn.poll_transmit(now, 1, &mut buf) {
-            self.out.push(buf[..t.size].to_vec());
-            buf.clear();
-        }
-    }
-
-    fn timeout(&mut self) -> Option<Instant> {
-        self.conn.as_mut().and_then(|(_, c)| c.poll_timeout())
-    }
-}
+use quic_vt::Side;
 
 /// Reads all available in-order bytes of `id`.
 fn read_all(conn: &mut Connection, id: StreamId) -> u64 {
-    let mut recv = conn.recv_stream(id);
-    let Ok(mut chunks) = recv.read(true) else {
-        return 0;
-    };
-    let mut n = 0;
-    loop {
-        match chunks.next(usize::MAX) {
-            Ok(Some(c)) => n += c.bytes.len() as u64,
-            Ok(None) | Err(ReadError::Blocked) => break,
-            Err(e) => panic!("stream {id} read: {e}"),
-        }
-    }
-    let _ = chunks.finalize();
-    n
+    quic_vt::read_stream(conn, id, None).0
 }
 
 /// Writes bulk bytes on `id` while the send window takes them.
@@ -329,18 +168,13 @@ fn run(p: &Profile, cc: Congestion, seed: u64) -> Outcome {
     let ep_cfg = Arc::new(EndpointConfig::default());
     let server_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 99, 0, 2), 4444));
     let client_addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 99, 0, 1), 50000));
-    let mut server = Side {
-        ep: Endpoint::new(ep_cfg.clone(), Some(Arc::new(scfg)), true, Some([2; 32])),
-        conn: None,
-        out: Vec::new(),
-        lost: None,
-    };
-    let mut client = Side {
-        ep: Endpoint::new(ep_cfg, None, true, Some([1; 32])),
-        conn: None,
-        out: Vec::new(),
-        lost: None,
-    };
+    let mut server = Side::new(Endpoint::new(
+        ep_cfg.clone(),
+        Some(Arc::new(scfg)),
+        true,
+        Some([2; 32]),
+    ));
+    let mut client = Side::new(Endpoint::new(ep_cfg, None, true, Some([1; 32])));
     client.conn = Some(
         client
             .ep
@@ -417,22 +251,17 @@ fn run(p: &Profile, cc: Congestion, seed: u64) -> Outcome {
                 lost: server.lost.or(client.lost),
             };
         }
-        let mut next = [
-            up.next_arrival(),
-            down.next_arrival(),
-            client.timeout().map(|t| t - base),
-            server.timeout().map(|t| t - base),
-            Some(p.warm).filter(|&w| w > now),
-            Some(p.end),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .expect("the end is pending");
-        next = next.max(now);
-        if next == now {
-            next = now + Duration::from_micros(1);
-        }
+        let next = quic_vt::next_event(
+            now,
+            [
+                up.next_arrival(),
+                down.next_arrival(),
+                client.timeout().map(|t| t - base),
+                server.timeout().map(|t| t - base),
+                Some(p.warm).filter(|&w| w > now),
+                Some(p.end),
+            ],
+        );
         now = next;
     }
 }
