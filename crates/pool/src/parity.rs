@@ -169,7 +169,8 @@ pub struct ParityPeer {
 }
 
 impl ParityPeer {
-    fn protect(&self, mode: ParityMode) -> bool {
+    /// Whether sends to the peer are protected now (mode, loss and traffic; not the meter).
+    pub fn protecting(&self, mode: ParityMode) -> bool {
         let wanted = match mode {
             ParityMode::Off => false,
             ParityMode::Auto => self.lossy.load(Ordering::Relaxed),
@@ -186,11 +187,6 @@ impl ParityPeer {
     /// Records the loss judgement.
     pub fn set_lossy(&self, lossy: bool) {
         self.lossy.store(lossy, Ordering::Relaxed);
-    }
-
-    /// Whether sends to the peer are protected now (mode, loss and traffic; not the meter).
-    pub fn protecting(&self, mode: ParityMode) -> bool {
-        self.protect(mode)
     }
 }
 
@@ -363,7 +359,7 @@ impl AsyncUdpSocket for ParitySocket {
             m.record(now, t.contents.len() as u64 + UDP_OVERHEAD * count);
             m.rate_bps(now) as f64 >= BUSY_SHARE * self.shared.link_bps as f64
         };
-        let protect = !busy && peer.is_some_and(|p| p.protect(mode));
+        let protect = !busy && peer.is_some_and(|p| p.protecting(mode));
         let (out, pending) = {
             let mut st = self.shared.lock();
             let out = st.enc.on_send(
