@@ -344,24 +344,19 @@ impl AsyncUdpSocket for ParitySocket {
         let seg = t.segment_size.unwrap_or(t.contents.len()).max(1);
         let count = t.contents.len().div_ceil(seg) as u64;
         let mode = self.shared.mode;
-        // The peer's connection, if it is registered and interactive now: only such sends
-        // are protected, and only they count towards the load parity yields to (a bulk
-        // transfer beside them yields to them already, `crate::rate`).
-        let peer = self
-            .shared
-            .lock()
-            .peers
-            .get(&t.destination)
-            .filter(|p| !p.traffic.bulk())
-            .cloned();
-        let busy = peer.is_some() && {
-            let mut m = self.shared.meter.lock().unwrap_or_else(|p| p.into_inner());
-            m.record(now, t.contents.len() as u64 + UDP_OVERHEAD * count);
-            m.rate_bps(now) as f64 >= BUSY_SHARE * self.shared.link_bps as f64
-        };
-        let protect = !busy && peer.is_some_and(|p| p.protecting(mode));
-        let (out, pending) = {
+        let (out, protect) = {
             let mut st = self.shared.lock();
+            // The peer's connection, if it is registered and interactive now: only such sends
+            // are protected, and only they count towards the load parity yields to (a bulk
+            // transfer beside them yields to them already, `crate::rate`). The meter's lock is
+            // only ever taken under this one.
+            let peer = st.peers.get(&t.destination).filter(|p| !p.traffic.bulk());
+            let busy = peer.is_some() && {
+                let mut m = self.shared.meter.lock().unwrap_or_else(|p| p.into_inner());
+                m.record(now, t.contents.len() as u64 + UDP_OVERHEAD * count);
+                m.rate_bps(now) as f64 >= BUSY_SHARE * self.shared.link_bps as f64
+            };
+            let protect = !busy && peer.is_some_and(|p| p.protecting(mode));
             let out = st.enc.on_send(
                 now,
                 t.destination,
@@ -369,12 +364,13 @@ impl AsyncUdpSocket for ParitySocket {
                 t.contents.chunks(seg),
                 protect,
             );
-            (out, st.enc.poll_timeout().is_some())
+            (out, protect)
         };
         if !out.is_empty() {
             self.send_parity(out);
         }
-        if pending {
+        // A protected send may leave a partial group: the flush task looks again.
+        if protect {
             self.shared.wake.notify_one();
         }
         Ok(())
