@@ -530,6 +530,28 @@ impl Session {
         }
     }
 
+    /// Whether a new OPEN from the edge is over our stream limit. A stream finished both
+    /// ways (our FIN and all our bytes sent, the peer's FIN received) or reset does not count:
+    /// the edge forgets it as soon as its application has read it, which can be before ours
+    /// lets go of it, and an OPEN refused for a slot the edge already sees free would cost
+    /// the request a round trip or its answer. Such streams still hold their unread bytes
+    /// (bounded by connection credit), so at most twice the limit are kept in all.
+    pub(super) fn at_stream_limit(&self) -> bool {
+        let limit = self.local_stream_limit() as usize;
+        if self.streams.len() < limit {
+            return false;
+        }
+        if self.streams.len() >= limit.saturating_mul(2) {
+            return true;
+        }
+        let live = self
+            .streams
+            .values()
+            .filter(|s| s.reset.is_none() && !(s.fin_sent && s.send_buf_len == 0 && s.fin_received))
+            .count();
+        live >= limit
+    }
+
     /// Lanes, in id order.
     pub fn connections(&self) -> Vec<ConnSnapshot> {
         self.conns

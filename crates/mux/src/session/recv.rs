@@ -114,8 +114,8 @@ impl Session {
         }
         let n = o.data.len() as u64;
         self.conn_received(conn, n)?;
-        let refuse = self.local_goaway.is_some_and(|last| o.stream > last)
-            || self.streams.len() >= self.local_stream_limit() as usize;
+        let refuse =
+            self.local_goaway.is_some_and(|last| o.stream > last) || self.at_stream_limit();
         if refuse {
             self.conn_consumed(Some(conn), n);
             // PROTOCOL.md §5.3: never processed, safe to retry.

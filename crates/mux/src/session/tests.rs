@@ -686,6 +686,43 @@ fn stream_limit_is_the_smaller_max_streams_and_frees_on_release() {
 }
 
 #[test]
+fn a_stream_finished_both_ways_frees_its_slot_before_the_remote_lets_go() {
+    let small = |n| Config {
+        max_streams: n,
+        ..cfg()
+    };
+    let mut p = Pair::with(small(10), small(2));
+    let a = p.edge.open(Kind::Http, "a:80", b"GET", true).unwrap();
+    let b = p.edge.open(Kind::Http, "a:80", b"GET", true).unwrap();
+    p.shuttle();
+    // The remote answers `a` but its application still holds the stream.
+    p.remote.send(a, b"200").unwrap();
+    p.remote.finish(a).unwrap();
+    p.shuttle();
+    assert_eq!(read_all(&mut p.edge, a), (b"200".to_vec(), true));
+    p.edge.release(a);
+    let _ = p.edge_events();
+    // The edge sees a free slot and uses it: the remote must not refuse it.
+    let c = p.edge.open(Kind::Http, "a:80", b"GET", true).unwrap();
+    p.shuttle();
+    assert!(!p
+        .edge_events()
+        .iter()
+        .any(|e| matches!(e, Event::Reset { id, .. } if *id == c)));
+    assert_eq!(p.remote.stream_count(), 3);
+    // `b` and `c`, open one way, fill the limit again: the edge holds the third open back.
+    assert_eq!(
+        p.edge.open(Kind::Http, "a:80", b"", true),
+        Err(OpenError::StreamLimit {
+            limit: 2,
+            which: "peer"
+        })
+    );
+    p.remote.release(a);
+    p.remote.release(b);
+}
+
+#[test]
 fn release_after_finishing_delivers_our_bytes_then_cancels() {
     let mut p = Pair::new();
     let id = p.edge.open(Kind::Tunnel, "a:1", b"req", false).unwrap();
