@@ -1120,6 +1120,9 @@ where
                     if f.retryable {
                         if let Some(req) = job.retry.take() {
                             tracing::info!(%peer, target = %job.target, reason = %f.reason, "retrying idempotent request on another pool connection");
+                            // The failed stream holds a stream slot until it is dropped: a
+                            // retry on a full pool would wait for its own slot.
+                            drop(stream);
                             result = match ctx
                                 .transport
                                 .open_aged(

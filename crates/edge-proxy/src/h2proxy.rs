@@ -356,6 +356,9 @@ async fn request<T: Transport>(
             if f.retryable && whole && client::idempotent(&method) =>
         {
             tracing::info!(target = %target, reason = %f.reason, "retrying idempotent request on another pool connection");
+            // The failed stream holds a stream slot until it is dropped: a retry on a full
+            // pool would wait for its own slot.
+            drop((srd, swr));
             let age = page::age(page_start, Instant::now());
             match ctx
                 .transport

@@ -17,14 +17,21 @@ use remote_proxy::handler::{self, Ctx};
 use remote_proxy::policy::TargetPolicy;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 mod inproc;
 use inproc::Far;
 
-/// The near end: a pipe, or a stream whose pool connection "died" before any reply.
+/// Stream slots of the in-process transport, and how long an open waits for one.
+const SLOTS: usize = 1024;
+const SLOT_WAIT: Duration = Duration::from_secs(2);
+
+/// The near end: a pipe, or a stream whose pool connection "died" before any reply. Each
+/// holds one of the transport's stream slots until it is dropped, as a pool stream does.
 enum Near {
-    Pipe(DuplexStream),
-    Lost,
+    // The permits are held for their drop only.
+    Pipe(DuplexStream, #[allow(dead_code)] OwnedSemaphorePermit),
+    Lost(#[allow(dead_code)] OwnedSemaphorePermit),
 }
 
 fn lost() -> std::io::Error {
@@ -41,8 +48,8 @@ impl AsyncRead for Near {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         match &mut *self {
-            Near::Pipe(p) => Pin::new(p).poll_read(cx, buf),
-            Near::Lost => Poll::Ready(Err(lost())),
+            Near::Pipe(p, _) => Pin::new(p).poll_read(cx, buf),
+            Near::Lost(_) => Poll::Ready(Err(lost())),
         }
     }
 }
@@ -53,31 +60,34 @@ impl AsyncWrite for Near {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         match &mut *self {
-            Near::Pipe(p) => Pin::new(p).poll_write(cx, buf),
-            Near::Lost => Poll::Ready(Ok(buf.len())),
+            Near::Pipe(p, _) => Pin::new(p).poll_write(cx, buf),
+            Near::Lost(_) => Poll::Ready(Ok(buf.len())),
         }
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match &mut *self {
-            Near::Pipe(p) => Pin::new(p).poll_flush(cx),
-            Near::Lost => Poll::Ready(Ok(())),
+            Near::Pipe(p, _) => Pin::new(p).poll_flush(cx),
+            Near::Lost(_) => Poll::Ready(Ok(())),
         }
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match &mut *self {
-            Near::Pipe(p) => Pin::new(p).poll_shutdown(cx),
-            Near::Lost => Poll::Ready(Ok(())),
+            Near::Pipe(p, _) => Pin::new(p).poll_shutdown(cx),
+            Near::Lost(_) => Poll::Ready(Ok(())),
         }
     }
 }
 
 /// Opens streams as in-memory pipes served by the remote's handler. The first `fail_first`
-/// opens return streams that fail at once with a retryable "connection lost".
+/// opens return streams that fail at once with a retryable "connection lost". An open waits
+/// up to [`SLOT_WAIT`] for one of `slots` (as the pool waits for a stream slot), then fails
+/// as the pool does when it stays full.
 #[derive(Clone)]
 struct Local {
     ctx: Arc<Ctx>,
     ids: Arc<AtomicU64>,
     fail_first: Arc<AtomicUsize>,
+    slots: Arc<Semaphore>,
     /// The page age of every open, in order.
     ages: Arc<Mutex<Vec<Duration>>>,
 }
@@ -93,12 +103,16 @@ impl Transport for Local {
         age: std::time::Duration,
     ) -> Result<Near, OpenError> {
         self.ages.lock().unwrap().push(age);
+        let slot = tokio::time::timeout(SLOT_WAIT, self.slots.clone().acquire_owned())
+            .await
+            .map_err(|_| OpenError::stream_limit("no stream slot freed"))?
+            .expect("never closed");
         let failing = self
             .fail_first
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
         if failing {
-            return Ok(Near::Lost);
+            return Ok(Near::Lost(slot));
         }
         let (mut near, far) = tokio::io::duplex(256 * 1024);
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
@@ -108,7 +122,7 @@ impl Transport for Local {
         near.write_all(&first)
             .await
             .map_err(|e| OpenError::unavailable(e.to_string()))?;
-        Ok(Near::Pipe(near))
+        Ok(Near::Pipe(near, slot))
     }
 
     fn failure(&self, err: &std::io::Error) -> Option<FarFailure> {
@@ -203,6 +217,8 @@ struct Pair {
     fail_first: Arc<AtomicUsize>,
     /// The page age of every open, in order.
     ages: Arc<Mutex<Vec<Duration>>>,
+    /// The transport's stream slots (see [`Local`]).
+    slots: Arc<Semaphore>,
 }
 
 async fn pair(connect_reply: ConnectReply, fail_first: usize, allow_private: bool) -> Pair {
@@ -235,9 +251,14 @@ async fn pair_with(
         ctx,
         ids: Arc::new(AtomicU64::new(1)),
         fail_first: Arc::new(AtomicUsize::new(fail_first)),
+        slots: Arc::new(Semaphore::new(SLOTS)),
         ages: Arc::default(),
     };
-    let (fail_first, ages) = (transport.fail_first.clone(), transport.ages.clone());
+    let (fail_first, ages, slots) = (
+        transport.fail_first.clone(),
+        transport.ages.clone(),
+        transport.slots.clone(),
+    );
     let mut settings = Settings {
         max_header_bytes: http1::DEFAULT_MAX_HEADER_BYTES,
         max_pipeline: 16,
@@ -271,6 +292,7 @@ async fn pair_with(
         origin,
         fail_first,
         ages,
+        slots,
     }
 }
 
@@ -499,6 +521,24 @@ async fn idempotent_request_is_retried_once() {
     )
     .await;
     assert_eq!(h.status, 502);
+}
+
+/// The retry of a request whose stream failed goes out on a transport with a single stream
+/// slot: the failed stream gives its slot back before the retry opens, so the retry does not
+/// wait for a slot that only its own failed attempt holds.
+#[tokio::test]
+async fn a_retry_on_a_full_transport_does_not_wait_for_its_own_slot() {
+    let p = pair(ConnectReply::Optimistic, 1, true).await;
+    p.slots.forget_permits(SLOTS - 1);
+    let t = std::time::Instant::now();
+    let (h, b) = one_shot(
+        p.edge,
+        format!("GET http://{}/len/10 HTTP/1.1\r\n\r\n", p.origin).as_bytes(),
+    )
+    .await;
+    assert_eq!((h.status, b), (200, pattern(10)));
+    assert!(t.elapsed() < SLOT_WAIT, "the retry waited for a slot");
+    assert_eq!(p.ages.lock().unwrap().len(), 2);
 }
 
 /// A retried request belongs to the same page as the attempt it replaces: its open carries the
