@@ -3,11 +3,22 @@
 //!
 //! What it does: presents quinn a congestion window of `share × (base RTT + allowance)`, where
 //! the share is `link.rate_mbit` divided among the busy connections of one pool (with at
-//! least a quarter of their window in flight; [`RateConfig`] counts them: one that is idle or
-//! only acknowledges and updates flow-control credit leaves its share to the others), so the
-//! pool as a whole sends at most the provisioned rate. A connection not yet counted sizes its
-//! window as if it were (one more sharer), so a newcomer does not start at a share the others
-//! still hold. **Interactive before bulk**: a send direction that has carried [`BULK_BYTES`]
+//! least a quarter of their fair window in flight; [`RateConfig`] counts them: one that is
+//! idle or only acknowledges and updates flow-control credit leaves its share to the others),
+//! so the pool as a whole sends at most the provisioned rate. A connection not yet counted
+//! sizes its window as if it were (one more sharer), so a newcomer does not start at a share
+//! the others still hold. **What the others leave unused is borrowed**: the pool's
+//! connections publish their bytes in flight, and a connection's window is the larger of its
+//! fair share and the whole pool's window less what the others have in flight, so one
+//! connection with a large reply beside others finishing small ones fills the link at once
+//! instead of a round trip after they fall idle (the sharing of congestion state across the
+//! connections to one peer of RFC 3124's Congestion Manager and RFC 9040's ensemble sharing;
+//! a page spread over four connections otherwise leaves most of a 10 Mbit/s link idle in its
+//! uneven rounds). A connection that becomes busy, or whose unused share was borrowed and
+//! now wants it, still gets its fair share at once; the borrower's window falls back to its
+//! own share and it sends nothing until its bytes in flight are below it. The pool then
+//! exceeds its window by at most that share for at most a round trip (without borrowing, a
+//! newcomer did the same), which the queueing-delay rule below answers if it persists. **Interactive before bulk**: a send direction that has carried [`BULK_BYTES`]
 //! is bulk; a connection with a bulk direction open and no interactive one (what its streams
 //! report through [`Traffic`]: a single large reply, for instance) is *bulk*; any other is
 //! *interactive*. While an interactive
@@ -91,6 +102,9 @@ pub const BULK_YIELD: f64 = 1.0 / 8.0;
 pub const HOLD_ROUND_TRIPS: u32 = 2;
 /// Datagrams in flight from which an interactive connection makes the bulk ones yield.
 pub const YIELD_DATAGRAMS: u64 = 4;
+/// Bytes in flight from which a connection takes part in the fair share before its first
+/// acknowledgements count it busy: four datagrams of QUIC's smallest size.
+pub const ACTIVE_BYTES: u64 = 4 * BASE_DATAGRAM;
 /// Datagrams smaller than this are taken for acknowledgements and credit updates, not data,
 /// when the controller estimates its bytes in flight between acknowledgements (quinn reports
 /// every datagram it sends, ACK-only ones included).
@@ -137,6 +151,11 @@ struct Shares {
     bulk: AtomicU32,
     /// Interactive connections with more than [`YIELD_DATAGRAMS`] in flight.
     sending: AtomicU32,
+    /// Bytes in flight of the interactive (0) and the bulk (1) connections, as each
+    /// controller last estimated its own.
+    in_flight: [AtomicU64; 2],
+    /// Connections of each class with at least [`ACTIVE_BYTES`] in flight by that estimate.
+    active: [AtomicU32; 2],
 }
 
 impl Shares {
@@ -148,11 +167,21 @@ impl Shares {
             interactive: AtomicU32::new(0),
             bulk: AtomicU32::new(0),
             sending: AtomicU32::new(0),
+            in_flight: [AtomicU64::new(0), AtomicU64::new(0)],
+            active: [AtomicU32::new(0), AtomicU32::new(0)],
         }
     }
 
     fn nanos(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    fn in_flight(&self, bulk: bool) -> &AtomicU64 {
+        &self.in_flight[usize::from(bulk)]
+    }
+
+    fn active(&self, bulk: bool) -> &AtomicU32 {
+        &self.active[usize::from(bulk)]
     }
 
     fn counter(&self, bulk: bool) -> &AtomicU32 {
@@ -266,6 +295,7 @@ impl RateConfig {
             bulk_since: None,
             acked_in_flight: 0,
             sent_since_acks: 0,
+            published: None,
             mtu: u64::from(mtu).max(BASE_DATAGRAM),
             gain: 1.0,
             restarting: false,
@@ -329,6 +359,8 @@ pub struct Rate {
     acked_in_flight: u64,
     /// Bytes of data datagrams sent since then.
     sent_since_acks: u64,
+    /// The class and bytes in flight this controller last added to `shares.in_flight`.
+    published: Option<(bool, u64)>,
     mtu: u64,
     /// Fraction of the share in use, 0 (collapsed) or [`MIN_GAIN`]..=1.
     gain: f64,
@@ -356,7 +388,25 @@ impl Rate {
     pub fn share_bps(&self) -> u64 {
         let bulk = self.is_bulk();
         let mine = u32::from(self.counted != Some(bulk));
-        let n = self.shares.counter(bulk).load(Ordering::Relaxed) + mine;
+        let busy = self.shares.counter(bulk).load(Ordering::Relaxed) + mine;
+        // Connections that have just begun sending count before their acknowledgements do:
+        // replies that start together on several connections then split the window instead
+        // of each taking all of it for their first round trip.
+        let mine = u32::from(!self.is_active(bulk));
+        let active = self.shares.active(bulk).load(Ordering::Relaxed) + mine;
+        self.class_bps() / u64::from(busy.max(active).max(1))
+    }
+
+    /// Whether this connection is published as active in class `bulk`.
+    fn is_active(&self, bulk: bool) -> bool {
+        matches!(self.published, Some((b, n)) if b == bulk && n >= ACTIVE_BYTES)
+    }
+
+    /// The rate of this connection's class (module doc): the provisioned rate, the bulk
+    /// class reduced to [`BULK_YIELD`] of it while an interactive connection sends and the
+    /// interactive class to the rest while a bulk one is busy.
+    pub fn class_bps(&self) -> u64 {
+        let bulk = self.is_bulk();
         let fraction = if bulk {
             // Interactive connections sending, itself not counted (it may have turned bulk
             // since it was counted).
@@ -371,7 +421,7 @@ impl Rate {
         } else {
             1.0
         };
-        (self.rate_bps as f64 * fraction / f64::from(n.max(1))) as u64
+        (self.rate_bps as f64 * fraction) as u64
     }
 
     /// The base (minimum) RTT, or the configured initial RTT before any sample.
@@ -381,9 +431,67 @@ impl Rate {
 
     /// The window at full gain: share × (base RTT + allowance), in bytes.
     pub fn full_window(&self) -> u64 {
+        self.window_of(self.share_bps())
+    }
+
+    /// Bytes that `bps` carries in the base RTT plus the allowance.
+    fn window_of(&self, bps: u64) -> u64 {
         let base = self.base_rtt();
         let t = base + allowance(base);
-        (u128::from(self.share_bps()) * t.as_nanos() / 8_000_000_000) as u64
+        (u128::from(bps) * t.as_nanos() / 8_000_000_000) as u64
+    }
+
+    /// The window of this connection's fair share: the full window at the current gain.
+    pub fn fair_window(&self) -> u64 {
+        ((self.full_window() as f64 * self.gain) as u64).max(self.min_window())
+    }
+
+    /// The class's window at the current gain less what the class's other connections have
+    /// in flight: what this connection may fill without the class exceeding its rate.
+    fn borrowable(&self) -> u64 {
+        let bulk = self.is_bulk();
+        let class = (self.window_of(self.class_bps()) as f64 * self.gain) as u64;
+        let total = self.shares.in_flight(bulk).load(Ordering::Relaxed);
+        let mine = match self.published {
+            Some((b, n)) if b == bulk => n,
+            _ => 0,
+        };
+        class.saturating_sub(total.saturating_sub(mine))
+    }
+
+    /// This connection's estimate of its bytes in flight: at the last acknowledgements, plus
+    /// data datagrams sent since.
+    fn own_in_flight(&self) -> u64 {
+        self.acked_in_flight.saturating_add(self.sent_since_acks)
+    }
+
+    /// Brings this connection's entry in the pool's bytes in flight up to date.
+    fn publish(&mut self) {
+        // Bounded so that the sum over a pool's connections cannot overflow.
+        let now = (
+            self.is_bulk(),
+            self.own_in_flight().min(u64::from(u32::MAX)),
+        );
+        if self.published == Some(now) {
+            return;
+        }
+        self.unpublish();
+        self.shares
+            .in_flight(now.0)
+            .fetch_add(now.1, Ordering::Relaxed);
+        if now.1 >= ACTIVE_BYTES {
+            self.shares.active(now.0).fetch_add(1, Ordering::Relaxed);
+        }
+        self.published = Some(now);
+    }
+
+    fn unpublish(&mut self) {
+        if let Some((bulk, n)) = self.published.take() {
+            self.shares.in_flight(bulk).fetch_sub(n, Ordering::Relaxed);
+            if n >= ACTIVE_BYTES {
+                self.shares.active(bulk).fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Fraction of the share in use.
@@ -453,6 +561,11 @@ impl Rate {
 
     /// Loss (`lost_bytes` > 0) or an ECN mark (0) of packets up to one sent at `sent`.
     pub fn congestion(&mut self, now: Instant, sent: Instant, persistent: bool, lost_bytes: u64) {
+        // Lost bytes are no longer in flight, whatever the loss means for the window.
+        let from_acked = lost_bytes.min(self.acked_in_flight);
+        self.acked_in_flight -= from_acked;
+        self.sent_since_acks = self.sent_since_acks.saturating_sub(lost_bytes - from_acked);
+        self.publish();
         if persistent {
             self.gain = 0.0;
             self.restarting = true;
@@ -481,8 +594,9 @@ impl Rate {
         self.refresh_hold(now);
         self.acked_in_flight = in_flight;
         self.sent_since_acks = 0;
+        self.publish();
         let bulk = self.is_bulk();
-        if (in_flight as f64) < self.window() as f64 * BUSY_FRACTION {
+        if (in_flight as f64) < self.fair_window() as f64 * BUSY_FRACTION {
             self.uncount();
         } else if self.counted != Some(bulk) {
             tracing::trace!(
@@ -503,6 +617,7 @@ impl Rate {
         self.refresh_hold(now);
         if bytes >= DATA_DATAGRAM {
             self.sent_since_acks += bytes;
+            self.publish();
             if !self.sending {
                 self.update_sending(now, self.is_bulk());
             }
@@ -563,6 +678,7 @@ impl Rate {
 impl Drop for Rate {
     fn drop(&mut self) {
         self.uncount();
+        self.unpublish();
         if self.sending {
             self.shares.sending.fetch_sub(1, Ordering::Relaxed);
         }
@@ -577,6 +693,7 @@ impl Clone for Rate {
             traffic: self.traffic.clone(),
             counted: None,
             sending: false,
+            published: None,
             base: self.base.clone(),
             ..*self
         }
@@ -624,13 +741,15 @@ impl Controller for Rate {
     }
 
     fn window(&self) -> u64 {
-        ((self.full_window() as f64 * self.gain) as u64).max(self.min_window())
+        self.fair_window().max(self.borrowable())
     }
 
     fn metrics(&self) -> ControllerMetrics {
         let mut m = ControllerMetrics::default();
         m.congestion_window = self.window();
-        m.pacing_rate = Some((self.share_bps() as f64 * self.gain) as u64);
+        let t = self.base_rtt() + allowance(self.base_rtt());
+        m.pacing_rate =
+            Some((u128::from(self.window()) * 8_000_000_000 / t.as_nanos().max(1)) as u64);
         m
     }
 
@@ -844,6 +963,110 @@ mod tests {
         drop(b);
         drop(c);
         assert_eq!(a.share_bps(), RATE);
+    }
+
+    #[test]
+    fn a_busy_connection_borrows_what_the_others_leave_unused() {
+        let now = Instant::now();
+        let cfg = RateConfig::new(RATE, BASE);
+        let mut a = cfg.controller(now, 1200);
+        let mut b = cfg.controller(now, 1200);
+        let full = cap(RATE, BASE);
+        // Both busy: a with its fair share in flight, b finishing a small reply.
+        a.end_acks(now, full / 2);
+        b.end_acks(now, full / 6);
+        assert_eq!(a.share_bps(), RATE / 2);
+        assert_eq!(b.share_bps(), RATE / 2);
+        // a may fill what b leaves: the pool's window less b's bytes in flight.
+        assert_eq!(a.window(), full - full / 6);
+        // b's window is its fair share (a's bytes leave it no more).
+        assert_eq!(b.window(), full - full / 2);
+        // b sends more: a may borrow as much less, never less than its fair share.
+        for _ in 0..10 {
+            b.sent(now, 1200);
+        }
+        assert_eq!(a.window(), full - full / 6 - 12_000);
+        b.end_acks(now, full / 2);
+        assert_eq!(a.window(), full - full / 2);
+        // b's bytes are all acknowledged: a has the whole window.
+        b.end_acks(now, 0);
+        assert_eq!(a.window(), full);
+        // Whatever each has in flight, a borrower's window never exceeds the pool's.
+        for (x, y) in [(0, 0), (full, 0), (full / 3, full / 3), (2 * full, full)] {
+            a.end_acks(now, x);
+            b.end_acks(now, y);
+            assert!(a.window() <= full && b.window() <= full, "{x} {y}");
+        }
+        // A connection that goes away takes its bytes in flight out of the pool's count.
+        a.end_acks(now, full / 4);
+        b.end_acks(now, full / 2);
+        assert_eq!(a.window(), full - full / 2);
+        drop(b);
+        assert_eq!(a.window(), full);
+    }
+
+    #[test]
+    fn replies_that_start_together_split_the_window_at_once() {
+        let now = Instant::now();
+        let cfg = RateConfig::new(RATE, BASE);
+        let mut c: Vec<Rate> = (0..4).map(|_| cfg.controller(now, 1200)).collect();
+        let full = cap(RATE, BASE);
+        // Four replies begin in the same instant on four idle connections, before any
+        // acknowledgement: each sends while its window allows, in turn.
+        let mut sent = [0u64; 4];
+        for _ in 0..1000 {
+            for (k, x) in c.iter_mut().enumerate() {
+                if sent[k] + 1200 <= x.window() {
+                    x.sent(now, 1200);
+                    sent[k] += 1200;
+                }
+            }
+        }
+        let total: u64 = sent.iter().sum();
+        // Not four windows: the pool's window, give or take a datagram per connection.
+        assert!(total <= full + 4 * 1200, "{total} > {full}");
+        assert!(total + 4 * 1200 >= full, "{total} < {full}");
+        for (k, n) in sent.iter().enumerate() {
+            assert!(*n >= full / 4 - 1200, "connection {k}: {n}");
+        }
+    }
+
+    #[test]
+    fn a_loss_frees_its_bytes_for_the_others() {
+        let now = Instant::now();
+        let cfg = RateConfig::new(RATE, BASE);
+        let mut a = cfg.controller(now, 1200);
+        let mut b = cfg.controller(now, 1200);
+        let full = cap(RATE, BASE);
+        a.end_acks(now, full / 2);
+        b.end_acks(now, full / 2);
+        assert_eq!(a.window(), full - full / 2);
+        // b declares 24 000 bytes lost (random loss, no queueing delay): no longer in flight.
+        b.congestion(now, now, false, 24_000);
+        assert_eq!(a.window(), full - full / 2 + 24_000);
+        assert_eq!(b.decreases(), 0);
+    }
+
+    #[test]
+    fn bulk_borrows_only_within_its_yield() {
+        let (now, mut b, mut i, _reply) = bulk_and_interactive();
+        for _ in 0..10 {
+            i.sent(now, 1200);
+        }
+        let yielded = cap((RATE as f64 * BULK_YIELD) as u64, BASE);
+        // The download has more than its class's window in flight: nothing to borrow.
+        assert_eq!(b.window(), yielded);
+        // Its bytes are declared lost (it stays counted busy): the class's window is all
+        // its own, and the class is the yield.
+        b.congestion(now, now, false, cap(RATE, BASE));
+        assert_eq!(b.window(), yielded);
+        // The page borrows within the interactive class only, not what the bulk class
+        // leaves unused.
+        i.end_acks(now, 12_000);
+        assert_eq!(
+            i.window(),
+            cap((RATE as f64 * (1.0 - BULK_YIELD)) as u64, BASE)
+        );
     }
 
     #[test]
