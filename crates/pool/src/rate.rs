@@ -965,13 +965,18 @@ mod tests {
         assert_eq!(a.share_bps(), RATE);
     }
 
-    #[test]
-    fn a_busy_connection_borrows_what_the_others_leave_unused() {
+    /// Two connections of one pool, and the pool's full window.
+    fn two_connections() -> (Instant, Rate, Rate, u64) {
         let now = Instant::now();
         let cfg = RateConfig::new(RATE, BASE);
-        let mut a = cfg.controller(now, 1200);
-        let mut b = cfg.controller(now, 1200);
-        let full = cap(RATE, BASE);
+        let a = cfg.controller(now, 1200);
+        let b = cfg.controller(now, 1200);
+        (now, a, b, cap(RATE, BASE))
+    }
+
+    #[test]
+    fn a_busy_connection_borrows_what_the_others_leave_unused() {
+        let (now, mut a, mut b, full) = two_connections();
         // Both busy: a with its fair share in flight, b finishing a small reply.
         a.end_acks(now, full / 2);
         b.end_acks(now, full / 6);
@@ -1033,11 +1038,7 @@ mod tests {
 
     #[test]
     fn a_loss_frees_its_bytes_for_the_others() {
-        let now = Instant::now();
-        let cfg = RateConfig::new(RATE, BASE);
-        let mut a = cfg.controller(now, 1200);
-        let mut b = cfg.controller(now, 1200);
-        let full = cap(RATE, BASE);
+        let (now, mut a, mut b, full) = two_connections();
         a.end_acks(now, full / 2);
         b.end_acks(now, full / 2);
         assert_eq!(a.window(), full - full / 2);
