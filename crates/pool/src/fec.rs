@@ -345,6 +345,12 @@ pub struct FecStats {
     /// Received parities that could not help: two or more members missing, or lengths that
     /// did not fit.
     pub unrepairable: u64,
+    /// Members of the groups of received parities that were judged (all but a peer's first
+    /// parity, which only starts the keeping) ...
+    pub members: u64,
+    /// ... and how many of them had not arrived when their parity did: the loss the peer's
+    /// datagrams met on their way here.
+    pub missing: u64,
     /// Received datagrams that claimed to be parity and were not.
     pub malformed: u64,
 }
@@ -573,6 +579,9 @@ struct DecPeer {
     recent: VecDeque<(Instant, Vec<u8>)>,
     /// Its last parity: the peer is tracked from its first parity on.
     last: Instant,
+    /// Members of its judged groups, and of those the ones missing ([`Decoder::seen_loss`]).
+    members: u64,
+    missing: u64,
 }
 
 /// The receiving side: the last datagrams from each peer, and the repairs parity allows.
@@ -668,13 +677,18 @@ impl Decoder {
                 None => missing.push(tag),
             }
         }
+        let judged = (parity.tags.len() as u64, missing.len() as u64);
+        p.members += judged.0;
+        p.missing += judged.1;
         match missing.len() {
             0 => {
                 self.stats.complete += 1;
+                self.count_judged(judged);
                 None
             }
             1 => {
                 let rebuilt = parity.rebuild(missing[0], &present);
+                self.count_judged(judged);
                 match rebuilt {
                     Some(r) => {
                         self.stats.rebuilt += 1;
@@ -689,9 +703,15 @@ impl Decoder {
             }
             _ => {
                 self.stats.unrepairable += 1;
+                self.count_judged(judged);
                 None
             }
         }
+    }
+
+    fn count_judged(&mut self, (members, missing): (u64, u64)) {
+        self.stats.members += members;
+        self.stats.missing += missing;
     }
 
     fn peer(&mut self, now: Instant, source: SocketAddr) -> &mut DecPeer {
@@ -708,7 +728,18 @@ impl Decoder {
         self.peers.entry(source).or_insert_with(|| DecPeer {
             recent: VecDeque::new(),
             last: now,
+            members: 0,
+            missing: 0,
         })
+    }
+
+    /// The members of `source`'s groups judged so far and how many of them were missing when
+    /// their parity arrived: the loss rate of the path from `source` to here, measured on what
+    /// it protects. `(0, 0)` for a peer not tracked (its counts restart if it is tracked again).
+    pub fn seen_loss(&self, source: SocketAddr) -> (u64, u64) {
+        self.peers
+            .get(&source)
+            .map_or((0, 0), |p| (p.members, p.missing))
     }
 
     /// Peers tracked.
@@ -856,6 +887,11 @@ mod tests {
         );
         assert_eq!(enc.stats().protected, 24);
         assert_eq!(dec.stats().rebuilt, 3);
+        // The loss the groups revealed: 3 of 24, for this peer and for the socket; the
+        // priming parity only started the keeping and is not judged.
+        assert_eq!(dec.seen_loss(addr(9)), (24, 3));
+        assert_eq!((dec.stats().members, dec.stats().missing), (24, 3));
+        assert_eq!(dec.seen_loss(addr(1)), (0, 0), "a peer not tracked");
     }
 
     #[test]
@@ -873,6 +909,7 @@ mod tests {
         }
         assert_eq!(dec.on_parity(t0, addr(1), &parity[0].datagram), None);
         assert_eq!(dec.stats().unrepairable, 1);
+        assert_eq!(dec.seen_loss(addr(1)), (8, 2));
     }
 
     #[test]

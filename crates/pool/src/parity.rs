@@ -105,7 +105,10 @@ pub const LOSS_OFF: f64 = 0.0005;
 pub const LOSS_OFF_PACKETS: u64 = 20_000;
 
 /// The loss judgement of one path for [`ParityMode::Auto`], from the packets its connections
-/// sent and quinn declared lost, with hysteresis: on at [`LOSS_ON`] over [`LOSS_ON_STREAK`]
+/// sent and quinn declared lost and from the peer's datagrams its parity groups showed
+/// missing (loss on a long hop is the hop's, and both directions meet it; the edge sends
+/// few packets of its own and would judge late by them alone; where only one direction
+/// loses, the other's parity costs its bucket's bytes and rebuilds nothing), with hysteresis: on at [`LOSS_ON`] over [`LOSS_ON_STREAK`]
 /// consecutive windows of [`LOSS_ON_PACKETS`], off below [`LOSS_OFF`] over [`LOSS_OFF_PACKETS`]. The connections of a pool to one remote
 /// (and on the remote, those from one edge address) share one: they cross the same path, and
 /// together they reach a judgement sooner.
@@ -279,6 +282,12 @@ impl ParitySocket {
     pub fn stats(&self) -> (fec::FecStats, fec::FecStats) {
         let st = self.shared.lock();
         (st.enc.stats(), st.dec.stats())
+    }
+
+    /// Of `peer`'s datagrams in the groups of its parities, how many were judged and how
+    /// many of them were missing ([`fec::Decoder::seen_loss`]).
+    pub fn seen_loss(&self, peer: SocketAddr) -> (u64, u64) {
+        self.shared.lock().dec.seen_loss(peer)
     }
 
     /// The mode it runs.

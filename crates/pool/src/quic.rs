@@ -377,6 +377,8 @@ struct ParityWatch {
     path: SharedLoss,
     /// quinn's counts at the last tick.
     seen: (u64, u64),
+    /// The parity decoder's counts of the peer's judged and missing datagrams at the last tick.
+    seen_rx: (u64, u64),
 }
 
 impl ParityWatch {
@@ -397,12 +399,17 @@ impl ParityWatch {
             addr,
             path,
             seen: (0, 0),
+            seen_rx: (0, 0),
         }
     }
 
     fn tick(&mut self, conn: &Connection) {
         let s = conn.stats();
         let (sent, lost) = (s.path.sent_packets, s.path.lost_packets);
+        // What the peer protects tells the loss of the path towards this side: on the edge,
+        // whose own sends (requests, acknowledgements) are few, it judges the path within a
+        // page of the remote's parity instead of after a thousand of its own packets.
+        let (members, missing) = self.socket.seen_loss(self.addr);
         // A connection carrying only a download is not counted: its losses are mostly its own
         // queue overflowing (a start-up, a smaller link), which parity would not help and
         // which must not switch parity on for the pages.
@@ -410,10 +417,11 @@ impl ParityWatch {
             (0, 0)
         } else {
             (
-                sent.saturating_sub(self.seen.0),
-                lost.saturating_sub(self.seen.1),
+                sent.saturating_sub(self.seen.0) + members.saturating_sub(self.seen_rx.0),
+                lost.saturating_sub(self.seen.1) + missing.saturating_sub(self.seen_rx.1),
             )
         };
+        self.seen_rx = (members, missing);
         let (was, lossy) = {
             let mut w = self.path.lock().unwrap_or_else(|p| p.into_inner());
             let was = w.lossy();
@@ -428,6 +436,8 @@ impl ParityWatch {
                 peer = %self.addr,
                 sent = s.path.sent_packets,
                 lost = s.path.lost_packets,
+                peer_judged = members,
+                peer_missing = missing,
                 "QUIC parity {}",
                 if lossy {
                     "on: the path shows loss"
@@ -452,6 +462,8 @@ impl ParityWatch {
                 socket_rebuilt = dec.rebuilt,
                 socket_complete = dec.complete,
                 socket_unrepairable = dec.unrepairable,
+                socket_judged = dec.members,
+                socket_missing = dec.missing,
                 "QUIC parity counters"
             );
         }
