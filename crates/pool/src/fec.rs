@@ -577,8 +577,13 @@ impl Meter {
 #[derive(Debug)]
 struct DecPeer {
     recent: VecDeque<(Instant, Vec<u8>)>,
-    /// Its last parity: the peer is tracked from its first parity on.
+    /// Its last parity, or when it was first expected to send one: the peer is tracked from
+    /// then on.
     last: Instant,
+    /// Since when its datagrams have been kept without a break, if they are kept now.
+    keeping_since: Option<Instant>,
+    /// When its last parity arrived, if one has.
+    parity_at: Option<Instant>,
     /// Members of its judged groups, and of those the ones missing ([`Decoder::seen_loss`]).
     members: u64,
     missing: u64,
@@ -615,17 +620,40 @@ impl Decoder {
     /// Keeps a 1-RTT datagram received from `source` for repairs, if `source` has sent
     /// parity within [`FecConfig::listen`].
     pub fn on_datagram(&mut self, now: Instant, source: SocketAddr, d: &[u8]) {
+        self.on_datagram_expecting(now, source, d, false);
+    }
+
+    /// Like [`Decoder::on_datagram`]; with `expect` (the path from `source` is judged lossy,
+    /// so its parity is due) the datagram is kept whether or not `source` sent parity lately.
+    /// Without it, a connection idle for longer than `listen` would leave the first group of
+    /// its next flight unrepairable, since its members would arrive before the parity that
+    /// starts the keeping: on a pool whose connections take turns, the start of most pages.
+    pub fn on_datagram_expecting(
+        &mut self,
+        now: Instant,
+        source: SocketAddr,
+        d: &[u8],
+        expect: bool,
+    ) {
         if !is_protectable(d) {
             return;
         }
         let (window, max_age, listen) = (self.cfg.window, self.cfg.max_age, self.cfg.listen);
+        if !self.peers.contains_key(&source) {
+            if !expect {
+                return;
+            }
+            self.peer(now, source);
+        }
         let Some(p) = self.peers.get_mut(&source) else {
             return;
         };
-        if now.saturating_duration_since(p.last) > listen {
+        if !expect && now.saturating_duration_since(p.last) > listen {
             p.recent.clear();
+            p.keeping_since = None;
             return;
         }
+        p.keeping_since.get_or_insert(now);
         p.recent.push_back((now, d.to_vec()));
         while p.recent.len() > window
             || p.recent
@@ -648,17 +676,22 @@ impl Decoder {
             }
         };
         self.stats.received += 1;
-        let (max_age, listen) = (self.cfg.max_age, self.cfg.listen);
-        // A peer's first parity (or its first after a pause longer than `listen`) only starts
-        // the keeping: what arrived before it was not kept, so nothing can be judged missing.
-        let fresh = self
-            .peers
-            .get(&source)
-            .is_none_or(|p| now.saturating_duration_since(p.last) > listen);
+        let max_age = self.cfg.max_age;
         let p = self.peer(now, source);
+        // A group is judged only if its members were kept: the keeping has run without a
+        // break since before the previous parity (a group's members follow its previous
+        // parity). A peer's first parity, or its first after the keeping stopped, only
+        // starts the keeping.
+        let kept = p
+            .keeping_since
+            .is_some_and(|k| p.parity_at.is_some_and(|t| k <= t));
         p.last = now;
-        if fresh {
-            p.recent.clear();
+        p.parity_at = Some(now);
+        if !kept {
+            if p.keeping_since.is_none() {
+                p.recent.clear();
+                p.keeping_since = Some(now);
+            }
             return None;
         }
         // Match each tag to a kept datagram, newest first, each datagram used once.
@@ -728,6 +761,8 @@ impl Decoder {
         self.peers.entry(source).or_insert_with(|| DecPeer {
             recent: VecDeque::new(),
             last: now,
+            keeping_since: None,
+            parity_at: None,
             members: 0,
             missing: 0,
         })
@@ -1029,6 +1064,79 @@ mod tests {
         assert_eq!(dec.peers[&addr(1)].recent.len(), 1);
         dec.on_datagram(t0 + DEFAULT_LISTEN * 2, addr(1), &dgram(1400, 2));
         assert!(dec.peers[&addr(1)].recent.is_empty());
+    }
+
+    /// One group of `n` datagrams (contents from `seed`) sent to `addr(1)` at `at`, with member
+    /// `lose` (if there is one) not delivered
+    /// (`expect` as the receiving side says); the decoder's answer to the group's parity.
+    fn flight(
+        enc: &mut Encoder,
+        dec: &mut Decoder,
+        at: Instant,
+        (n, seed): (u8, u8),
+        lose: u8,
+        expect: bool,
+    ) -> (Vec<u8>, Option<Vec<u8>>) {
+        let members: Vec<Vec<u8>> = (0..n).map(|i| dgram(300 + i as usize, seed ^ i)).collect();
+        for (i, m) in members.iter().enumerate() {
+            assert!(enc.on_send(at, addr(1), None, [&m[..]], true).is_empty());
+            if i as u8 != lose {
+                dec.on_datagram_expecting(at, addr(1), m, expect);
+            }
+        }
+        let flush = at + MAX_FLUSH;
+        let parity = enc.poll_flush(flush);
+        assert_eq!(parity.len(), 1, "the flight's tail parity");
+        let got = dec.on_parity(flush, addr(1), &parity[0].datagram);
+        (members.get(lose as usize).cloned().unwrap_or_default(), got)
+    }
+
+    /// After a silence longer than `listen` the first group of the next flight is lost to
+    /// repair, unless the receiver expects the peer's parity (its path is judged lossy) and
+    /// so kept the datagrams without a break.
+    #[test]
+    fn a_receiver_that_expects_parity_repairs_the_first_group_after_a_pause() {
+        let t0 = Instant::now();
+        for expect in [false, true] {
+            let mut enc = Encoder::new(FecConfig::default());
+            let mut dec = Decoder::new(FecConfig::default());
+            // A first flight starts the keeping (its parity is the peer's first) ...
+            let (_, first) = flight(&mut enc, &mut dec, t0, (3, 0x10), 9, expect);
+            assert_eq!(first, None);
+            // ... the next one, soon after, is repaired either way.
+            let soon = t0 + Duration::from_millis(100);
+            let (lost, got) = flight(&mut enc, &mut dec, soon, (3, 0x20), 1, expect);
+            assert_eq!(got, Some(lost));
+            // After the pause only the expecting receiver still holds the members.
+            let late = soon + DEFAULT_LISTEN * 3;
+            let (lost, got) = flight(&mut enc, &mut dec, late, (3, 0x30), 0, expect);
+            assert_eq!(got, expect.then_some(lost), "expect = {expect}");
+        }
+    }
+
+    /// Kept by expectation from a datagram on, a peer's groups are judged only from the one
+    /// after its next parity: members of that first group may have arrived before the keeping.
+    #[test]
+    fn keeping_started_by_a_datagram_judges_from_the_next_group() {
+        let t0 = Instant::now();
+        let mut enc = Encoder::new(FecConfig::default());
+        let mut dec = Decoder::new(FecConfig::default());
+        let (_, got) = flight(&mut enc, &mut dec, t0, (4, 0x40), 2, true);
+        assert_eq!(got, None);
+        assert_eq!(dec.seen_loss(addr(1)), (0, 0), "not judged");
+        let (lost, got) = flight(
+            &mut enc,
+            &mut dec,
+            t0 + Duration::from_millis(50),
+            (4, 0x50),
+            2,
+            true,
+        );
+        assert_eq!(got, Some(lost));
+        assert_eq!(dec.seen_loss(addr(1)), (4, 1));
+        // A peer never registered with expectation is not tracked by its datagrams alone.
+        dec.on_datagram_expecting(t0, addr(2), &dgram(300, 1), false);
+        assert_eq!(dec.tracked(), 1);
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! What it does: wraps quinn's socket ([`quinn::AsyncUdpSocket`]); on every send, feeds the
 //! datagrams to the [`Encoder`] with the peer's protection decision and sends any parity that
 //! falls due; a task sends the parity of a flight's tail after [`FecConfig::flush`] of
-//! silence; on receive, keeps peers' 1-RTT datagrams in the [`Decoder`], takes parity
+//! silence; on receive, keeps peers' 1-RTT datagrams in the [`Decoder`] (while the peer
+//! sends parity, and without a break while this side protects its sends to it, so that the
+//! first group after an idle spell is repairable too), takes parity
 //! datagrams out of what quinn reads (splitting a GRO batch that holds one) and hands quinn
 //! the datagrams they rebuild.
 //!
@@ -415,11 +417,19 @@ impl AsyncUdpSocket for ParitySocket {
                 let stride = m.stride.max(1);
                 let data = &bufs[i][..m.len];
                 let has_parity = data.chunks(stride).any(fec::is_parity);
-                let known = st.peers.contains_key(&m.addr);
+                // A registered peer's datagrams are kept for repairs while it sends parity
+                // and, without a break, while this side protects its own sends to it: the
+                // path is judged lossy, and the peer's parity is due with its next flight.
+                let expect = st
+                    .peers
+                    .get(&m.addr)
+                    .map(|p| p.protecting(self.shared.mode));
+                let known = expect.is_some();
+                let expect = expect.unwrap_or(false);
                 if !has_parity {
                     if known {
                         for seg in data.chunks(stride) {
-                            st.dec.on_datagram(now, m.addr, seg);
+                            st.dec.on_datagram_expecting(now, m.addr, seg, expect);
                         }
                     }
                     if kept != i {
@@ -447,7 +457,7 @@ impl AsyncUdpSocket for ParitySocket {
                         }
                     } else {
                         if known {
-                            st.dec.on_datagram(now, m.addr, &seg);
+                            st.dec.on_datagram_expecting(now, m.addr, &seg, expect);
                         }
                         push_waiting(&mut st.waiting, m, seg);
                     }
