@@ -171,6 +171,9 @@ pub struct ParityPeer {
     pub sent: AtomicU64,
     /// Datagrams from the peer rebuilt from its parity.
     pub rebuilt: AtomicU64,
+    /// Datagrams to the peer that would have been protected but for the pool's load
+    /// ([`BUSY_SHARE`]).
+    pub held: AtomicU64,
 }
 
 impl ParityPeer {
@@ -267,6 +270,7 @@ impl ParitySocket {
             lossy: AtomicBool::new(false),
             sent: AtomicU64::new(0),
             rebuilt: AtomicU64::new(0),
+            held: AtomicU64::new(0),
         });
         self.shared.lock().peers.insert(addr, p.clone());
         p
@@ -367,7 +371,13 @@ impl AsyncUdpSocket for ParitySocket {
                 m.record(now, t.contents.len() as u64 + UDP_OVERHEAD * count);
                 m.rate_bps(now) as f64 >= BUSY_SHARE * self.shared.link_bps as f64
             };
-            let protect = !busy && peer.is_some_and(|p| p.protecting(mode));
+            let wanted = peer.is_some_and(|p| p.protecting(mode));
+            let protect = !busy && wanted;
+            if busy && wanted {
+                if let Some(p) = peer {
+                    p.held.fetch_add(count, Ordering::Relaxed);
+                }
+            }
             let out = st.enc.on_send(
                 now,
                 t.destination,
@@ -547,6 +557,7 @@ mod tests {
             lossy: AtomicBool::new(true),
             sent: AtomicU64::new(0),
             rebuilt: AtomicU64::new(0),
+            held: AtomicU64::new(0),
         };
         assert!(p.protecting(ParityMode::Auto));
         assert!(p.protecting(ParityMode::Always));

@@ -454,6 +454,8 @@ impl ParityWatch {
                 lost = s.path.lost_packets,
                 parity_sent = self.peer.sent.load(Ordering::Relaxed),
                 rebuilt = self.peer.rebuilt.load(Ordering::Relaxed),
+                held = self.peer.held.load(Ordering::Relaxed),
+                blocked_sent = s.frame_tx.data_blocked + s.frame_tx.stream_data_blocked,
                 socket_protected = enc.protected,
                 socket_parities = enc.parities,
                 socket_unpaid = enc.unpaid,
