@@ -110,10 +110,11 @@ pub const LOSS_OFF_PACKETS: u64 = 20_000;
 /// sent and quinn declared lost and from the peer's datagrams its parity groups showed
 /// missing (loss on a long hop is the hop's, and both directions meet it; the edge sends
 /// few packets of its own and would judge late by them alone; where only one direction
-/// loses, the other's parity costs its bucket's bytes and rebuilds nothing), with hysteresis: on at [`LOSS_ON`] over [`LOSS_ON_STREAK`]
-/// consecutive windows of [`LOSS_ON_PACKETS`], off below [`LOSS_OFF`] over [`LOSS_OFF_PACKETS`]. The connections of a pool to one remote
-/// (and on the remote, those from one edge address) share one: they cross the same path, and
-/// together they reach a judgement sooner.
+/// loses, the other's parity costs its bucket's bytes and rebuilds nothing), with
+/// hysteresis: on at [`LOSS_ON`] over [`LOSS_ON_STREAK`] consecutive windows of
+/// [`LOSS_ON_PACKETS`], off below [`LOSS_OFF`] over [`LOSS_OFF_PACKETS`]. The connections of a
+/// pool to one remote (and on the remote, those from one edge address) share one: they cross
+/// the same path, and together they reach a judgement sooner.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LossWatch {
     lossy: bool,
@@ -371,13 +372,11 @@ impl AsyncUdpSocket for ParitySocket {
                 m.record(now, t.contents.len() as u64 + UDP_OVERHEAD * count);
                 m.rate_bps(now) as f64 >= BUSY_SHARE * self.shared.link_bps as f64
             };
-            let wanted = peer.is_some_and(|p| p.protecting(mode));
-            let protect = !busy && wanted;
-            if busy && wanted {
-                if let Some(p) = peer {
-                    p.held.fetch_add(count, Ordering::Relaxed);
-                }
+            let wanted = peer.filter(|p| p.protecting(mode));
+            if let Some(p) = wanted.filter(|_| busy) {
+                p.held.fetch_add(count, Ordering::Relaxed);
             }
+            let protect = !busy && wanted.is_some();
             let out = st.enc.on_send(
                 now,
                 t.destination,
@@ -430,12 +429,10 @@ impl AsyncUdpSocket for ParitySocket {
                 // A registered peer's datagrams are kept for repairs while it sends parity
                 // and, without a break, while this side protects its own sends to it: the
                 // path is judged lossy, and the peer's parity is due with its next flight.
-                let expect = st
-                    .peers
-                    .get(&m.addr)
-                    .map(|p| p.protecting(self.shared.mode));
-                let known = expect.is_some();
-                let expect = expect.unwrap_or(false);
+                let (known, expect) = match st.peers.get(&m.addr) {
+                    Some(p) => (true, p.protecting(self.shared.mode)),
+                    None => (false, false),
+                };
                 if !has_parity {
                     if known {
                         for seg in data.chunks(stride) {

@@ -407,8 +407,8 @@ impl ParityWatch {
         let s = conn.stats();
         let (sent, lost) = (s.path.sent_packets, s.path.lost_packets);
         // What the peer protects tells the loss of the path towards this side: on the edge,
-        // whose own sends (requests, acknowledgements) are few, it judges the path within a
-        // page of the remote's parity instead of after a thousand of its own packets.
+        // whose own sends (requests, acknowledgements) are few, it judges the path within
+        // seconds of the remote's parity instead of after a thousand of its own packets.
         let (members, missing) = self.socket.seen_loss(self.addr);
         // A connection carrying only a download is not counted: its losses are mostly its own
         // queue overflowing (a start-up, a smaller link), which parity would not help and
