@@ -23,6 +23,7 @@ fn loads(n: usize) -> Vec<Load> {
             rate: (i * 15_485_863 + 125_000) % 12_500_000,
             rtt_us: 20_000 + (i * 7_727) % 600_000,
             rate_is_floor: i % 5 == 0,
+            bulk: i % 3 == 0,
         })
         .collect()
 }

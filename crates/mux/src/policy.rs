@@ -21,6 +21,15 @@
 //!   the default: in the virtual-time model of a lossy long link (`tests/fill.rs`)
 //!   expected completion spreads the load over every connection but carries about as
 //!   much, not more, and the test bed has not measured it yet.
+//! - [`Policy::Pack`]: the first connection, in the pool's order, that carries no bulk
+//!   transfer (a direction past [`BULK_BYTES`], still open); when every one does, as
+//!   least-outstanding. A page's streams then share one connection, where the transport
+//!   orders them (QUIC stream priorities: oldest page first, PROTOCOL.md §8.2) and one
+//!   connection's acknowledgements find its losses, instead of four connections each
+//!   ordering a quarter of the page and competing at the bottleneck; a download is left
+//!   alone on its connection, which the QUIC `rate` controller holds back while pages
+//!   load. It suits a carrier without head-of-line blocking between streams (QUIC); on TCP
+//!   one lost segment would stall every packed stream.
 //! - [`Policy::RoundRobin`] and [`Policy::FewestStreams`]: baselines.
 //!
 //! What it does NOT do: measure anything (the driver reports kernel queues, windows and
@@ -79,15 +88,19 @@ pub enum Policy {
     /// outstanding bytes, fewer streams, then the lower connection. Without any rate
     /// it decides as [`Policy::LeastOutstanding`].
     ExpectedCompletion,
+    /// The first connection (lowest index) without a bulk direction ([`Load::bulk`]);
+    /// when every connection has one, as [`Policy::LeastOutstanding`] (module doc).
+    Pack,
 }
 
 impl Policy {
     /// Every policy, the default first (for command lines and benchmarks).
-    pub const ALL: [Policy; 4] = [
+    pub const ALL: [Policy; 5] = [
         Policy::LeastOutstanding,
         Policy::ExpectedCompletion,
         Policy::RoundRobin,
         Policy::FewestStreams,
+        Policy::Pack,
     ];
 
     /// The name configuration and command lines use.
@@ -97,6 +110,7 @@ impl Policy {
             Policy::RoundRobin => "round-robin",
             Policy::FewestStreams => "fewest-streams",
             Policy::ExpectedCompletion => "expected-completion",
+            Policy::Pack => "pack",
         }
     }
 }
@@ -142,6 +156,11 @@ pub struct Load {
     pub rtt_us: u64,
     /// `rate` is only a lower bound: measured while app-limited, or stale.
     pub rate_is_floor: bool,
+    /// The connection carries a transfer ([`Policy::Pack`] keeps new streams off it): on a
+    /// lane of this session, bulk bytes of this side's are unacknowledged (the session's
+    /// lane accounting); on a QUIC connection, a stream that has carried [`BULK_BYTES`]
+    /// either way is open.
+    pub bulk: bool,
 }
 
 impl Load {
@@ -246,6 +265,10 @@ impl Policy {
                 .enumerate()
                 .min_by_key(|(i, l)| (l.streams, l.outstanding, *i))
                 .map(|(i, _)| i),
+            Policy::Pack => loads
+                .iter()
+                .position(|l| !l.bulk)
+                .or_else(|| Policy::LeastOutstanding.choose(loads, cursor)),
         }
     }
 }
@@ -264,9 +287,10 @@ impl std::str::FromStr for Policy {
             "round-robin" | "round_robin" => Ok(Policy::RoundRobin),
             "fewest-streams" | "fewest_streams" => Ok(Policy::FewestStreams),
             "expected-completion" | "expected_completion" => Ok(Policy::ExpectedCompletion),
+            "pack" => Ok(Policy::Pack),
             _ => Err(format!(
                 "unknown policy {s:?} (expected least-outstanding, expected-completion, \
-                 round-robin or fewest-streams)"
+                 pack, round-robin or fewest-streams)"
             )),
         }
     }
@@ -441,6 +465,27 @@ mod tests {
         assert_eq!(Policy::LeastOutstanding.choose(&loads, &mut c), Some(1));
         let loads = [w(5, 0, 0), w(10, 0, 1_000_000)];
         assert_eq!(Policy::LeastOutstanding.choose(&loads, &mut c), Some(0));
+    }
+
+    #[test]
+    fn pack_takes_the_first_connection_without_a_transfer() {
+        let mut c = 0;
+        let bulk = |outstanding, streams| Load {
+            bulk: true,
+            ..l(outstanding, streams)
+        };
+        // However loaded, the first connection takes every new stream while it carries
+        // no transfer.
+        let loads = [l(3_000_000, 40), l(0, 0), l(0, 0)];
+        assert_eq!(Policy::Pack.choose(&loads, &mut c), Some(0));
+        // A download on it: the next one.
+        let loads = [bulk(3_000_000, 1), l(50_000, 12), l(0, 0)];
+        assert_eq!(Policy::Pack.choose(&loads, &mut c), Some(1));
+        // Transfers everywhere: the least outstanding bytes.
+        let loads = [bulk(3_000_000, 1), bulk(900_000, 2), bulk(2_000_000, 1)];
+        assert_eq!(Policy::Pack.choose(&loads, &mut c), Some(1));
+        assert_eq!(Policy::Pack.choose(&[], &mut c), None);
+        assert_eq!(c, 0, "the round-robin cursor is left alone");
     }
 
     #[test]

@@ -164,6 +164,7 @@ impl Session {
                     outstanding: c.outstanding(),
                     streams: c.streams,
                     window: c.window,
+                    bulk: c.bulk_out(),
                     ..Load::default()
                 };
                 if rates {
