@@ -178,6 +178,11 @@ pub struct QuicOptions {
     pub link_rate_bps: u64,
     /// When the pool sends parity datagrams ([`crate::parity::ParityMode`]).
     pub parity: ParityMode,
+    /// Edge side: which connection a new stream goes on, when it differs from
+    /// [`crate::PoolConfig::policy`] (under `auto` that one places the TCP fallback's streams;
+    /// the edge's default is `pack` for QUIC, `least-outstanding` for TCP). `None`: the pool
+    /// configuration's.
+    pub policy: Option<mux::Policy>,
 }
 
 impl Default for QuicOptions {
@@ -218,6 +223,7 @@ impl QuicOptions {
             initial_rtt: rtt,
             link_rate_bps: rate_bps,
             parity: ParityMode::default(),
+            policy: None,
         }
     }
 
@@ -559,6 +565,9 @@ pub(crate) struct QConn {
     overhead: AtomicU64,
     /// Open streams on this connection, plus (edge side) slots reserved by opens under way.
     streams: AtomicU32,
+    /// Open streams that have carried [`crate::rate::BULK_BYTES`] either way: the connection
+    /// carries a transfer ([`mux::Policy::Pack`] keeps new streams off it).
+    bulk_streams: AtomicU32,
     /// Smallest smoothed RTT quinn reported when the pool looked, microseconds (`u64::MAX`
     /// before the first look): quinn 0.11's path statistics have no minimum RTT.
     min_rtt_us: AtomicU64,
@@ -596,6 +605,7 @@ impl QConn {
             written: AtomicU64::new(0),
             overhead: AtomicU64::new(0),
             streams: AtomicU32::new(0),
+            bulk_streams: AtomicU32::new(0),
             min_rtt_us: AtomicU64::new(u64::MAX),
             queue,
             closed_why: std::sync::OnceLock::new(),
@@ -650,6 +660,7 @@ impl QConn {
                 .unwrap_or(u64::MAX),
             rtt_us: min,
             rate_is_floor: unsent == 0 && streams == 0,
+            bulk: self.bulk_streams.load(Ordering::Relaxed) > 0,
         }
     }
 
@@ -757,6 +768,9 @@ pub(crate) struct QuicStream {
     /// Our direction's class for the connection's controller: interactive until it has
     /// carried [`crate::rate::BULK_BYTES`], when quinn's priority of the stream drops too.
     class: SendClass,
+    /// Counted in the connection's `bulk_streams` (one direction has carried
+    /// [`crate::rate::BULK_BYTES`]).
+    bulk: bool,
 }
 
 impl QuicStream {
@@ -792,6 +806,7 @@ impl QuicStream {
             recv_done: false,
             written: 0,
             class,
+            bulk: false,
         }
     }
 
@@ -805,6 +820,14 @@ impl QuicStream {
 
     pub(crate) fn bytes_received(&self) -> u64 {
         self.received
+    }
+
+    /// Counts the stream in its connection's `bulk_streams`, once.
+    fn count_bulk(&mut self) {
+        if !self.bulk {
+            self.bulk = true;
+            self.conn.bulk_streams.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Resolves with the code once the peer stops our direction (its reset, §8.2); stays pending
@@ -916,6 +939,9 @@ impl AsyncRead for QuicStream {
                     this.recv_done = true;
                 }
                 this.received += n as u64;
+                if this.received >= crate::rate::BULK_BYTES {
+                    this.count_bulk();
+                }
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => {
@@ -948,6 +974,7 @@ impl AsyncWrite for QuicStream {
                     // Least attained service within the connection: a stream that has
                     // carried this much goes after the ones that have not.
                     let _ = this.send.set_priority(BULK_PRIORITY);
+                    this.count_bulk();
                 }
                 Poll::Ready(Ok(n))
             }
@@ -983,6 +1010,9 @@ impl Drop for QuicStream {
         // quinn finishes a dropped send stream gracefully: a truncated reply
         // would look complete. Cancel whatever did not end cleanly.
         self.reset(ErrorCode::CANCEL);
+        if self.bulk {
+            self.conn.bulk_streams.fetch_sub(1, Ordering::Relaxed);
+        }
         self.conn.release_slot();
     }
 }
@@ -1088,7 +1118,7 @@ struct PoolInner {
     queue: Arc<OpenQueue>,
     /// Longest wait of one open (`PoolConfig::open_wait`).
     open_wait: Duration,
-    /// How a new stream picks its connection (`PoolConfig::policy`).
+    /// How a new stream picks its connection (`QuicOptions::policy`, else `PoolConfig::policy`).
     policy: mux::Policy,
     /// Round-robin position of [`mux::Policy::RoundRobin`].
     cursor: AtomicUsize,
@@ -1157,7 +1187,7 @@ impl QuicPool {
             stream_limit: opts.max_streams,
             queue: Arc::new(OpenQueue::new(cfg.open_queue, cfg.open_wait)),
             open_wait: cfg.open_wait,
-            policy: cfg.policy,
+            policy: opts.policy.unwrap_or(cfg.policy),
             cursor: AtomicUsize::new(0),
         });
         let mut tasks = Vec::new();

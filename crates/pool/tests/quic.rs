@@ -205,6 +205,90 @@ async fn expected_completion_spreads_streams_over_quic() {
     server.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Streams open on each connection of the pool, in slot order.
+fn streams_per_connection(pool: &Pool) -> Vec<u32> {
+    pool.stats().iter().map(|s| s.streams).collect()
+}
+
+/// Opens an echo stream and leaves it open.
+async fn open_echo(pool: &Pool) -> pool::MuxStream {
+    pool.open(Kind::Tunnel, "echo:1", Bytes::from_static(b"x"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pack_keeps_a_page_on_one_quic_connection_and_a_transfer_on_its_own() {
+    let d = keys();
+    let server = server(d.path()).await;
+    let cfg = PoolConfig {
+        remote: server.local_addr().to_string(),
+        connections: 3,
+        // The QUIC options' policy wins over the pool configuration's (under `auto` that
+        // one places the TCP fallback's streams).
+        policy: pool::Policy::RoundRobin,
+        ..PoolConfig::default()
+    };
+    let tls =
+        Arc::new(TlsClient::new(files(d.path(), "edge", d.path()), "longhaul-remote").unwrap());
+    let quic = QuicOptions {
+        policy: Some(pool::Policy::Pack),
+        ..opts()
+    };
+    let pool = Pool::start_quic(cfg, tls, quic).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while pool.stats().iter().any(|s| s.state != LaneState::Up) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+    // A page: every stream on the first connection.
+    let mut page = Vec::new();
+    for _ in 0..8 {
+        page.push(open_echo(&pool).await);
+    }
+    assert_eq!(streams_per_connection(&pool), [8, 0, 0]);
+    // One of them carries a transfer (1.5 MiB each way, past BULK_BYTES), and stays open.
+    let mut transfer = page.pop().unwrap();
+    let data = pattern(7, 1_500_000);
+    let (mut r, mut w) = tokio::io::split(&mut transfer);
+    let (wrote, got) = tokio::join!(
+        async {
+            w.write_all(&data).await.unwrap();
+            w.flush().await.unwrap();
+        },
+        async {
+            let mut got = vec![0u8; data.len() + 1];
+            r.read_exact(&mut got).await.unwrap();
+            got
+        }
+    );
+    let () = wrote;
+    assert_eq!(got[0], b'x');
+    assert!(got[1..] == data[..], "the transfer's bytes differ");
+    // The next page's streams go to the next connection, which carries no transfer.
+    let mut next = Vec::new();
+    for _ in 0..3 {
+        next.push(open_echo(&pool).await);
+    }
+    assert_eq!(streams_per_connection(&pool), [8, 3, 0]);
+    // The transfer ends: the first connection takes new streams again.
+    drop(transfer);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while streams_per_connection(&pool)[0] != 7 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+    let _again = open_echo(&pool).await;
+    assert_eq!(streams_per_connection(&pool), [8, 3, 0]);
+    drop((page, next, _again));
+    pool.close(Duration::from_secs(2)).await;
+    server.shutdown(Duration::from_secs(1)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_codes_travel_both_ways_over_quic() {
     let d = keys();
