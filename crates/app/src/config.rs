@@ -30,6 +30,19 @@ pub fn default_congestion(carrier: CarrierName) -> &'static str {
     }
 }
 
+/// Placement policy of pool connections when none is configured, by carrier: `pack` for
+/// QUIC connections (`quic`, `auto`: one connection's stream priorities order a page's
+/// replies, and its acknowledgements find its losses; on the lossy test-bed link the pages
+/// loaded faster than spread over four connections; benches/notes/2026-11-26-pack.md),
+/// least-outstanding for the TCP carrier, where a packed connection would stall every
+/// stream on one lost segment.
+pub fn default_policy(carrier: CarrierName) -> PolicyName {
+    match carrier {
+        CarrierName::Tcp => PolicyName::LeastOutstanding,
+        CarrierName::Quic | CarrierName::Auto => PolicyName::Pack,
+    }
+}
+
 /// The congestion control in force: the configured one, or [`default_congestion`].
 pub fn congestion_in_force(configured: Option<&str>, carrier: CarrierName) -> &str {
     configured.unwrap_or_else(|| default_congestion(carrier))
@@ -67,6 +80,9 @@ pub enum PolicyName {
     /// Smallest expected completion time: backlog ÷ delivery rate + RTT, from `TCP_INFO` on
     /// TCP and quinn's path statistics on QUIC, with idle connections' estimates kept honest.
     ExpectedCompletion,
+    /// The first connection carrying no bulk transfer: a page's streams share one
+    /// connection (for QUIC, which has no head-of-line blocking between streams).
+    Pack,
 }
 
 /// Transport of the pool connections.

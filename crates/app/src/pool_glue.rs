@@ -64,6 +64,7 @@ pub fn policy(p: PolicyName) -> mux::Policy {
         PolicyName::RoundRobin => mux::Policy::RoundRobin,
         PolicyName::FewestStreams => mux::Policy::FewestStreams,
         PolicyName::ExpectedCompletion => mux::Policy::ExpectedCompletion,
+        PolicyName::Pack => mux::Policy::Pack,
     }
 }
 

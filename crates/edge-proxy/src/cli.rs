@@ -118,7 +118,7 @@ impl app::process::Flags for Flags {
             cfg.pool.connections = v;
         }
         if let Some(v) = self.policy {
-            cfg.pool.policy = v;
+            cfg.pool.policy = Some(v);
         }
         self.carrier.apply(
             &mut cfg.pool.congestion,

@@ -295,7 +295,11 @@ pub struct PoolSection {
     pub connections: usize,
     /// Which pool connection each request (and tunnel upload) goes on; over TCP replies are
     /// placed by the remote's `reply_policy`, over QUIC they ride the request's connection.
-    pub policy: PolicyName,
+    /// Absent: `pack` for QUIC connections, `least-outstanding` for TCP ones
+    /// ([`app::config::default_policy`]); [`PoolSection::tcp_policy`] and
+    /// [`PoolSection::quic_policy`] are the ones in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyName>,
     /// Congestion control of pool connections (`bbr`, `cubic`, `reno`; `rate`, the
     /// provisioned-rate controller, QUIC only); TCP falls back to the system default with a log
     /// line when unavailable. Absent: `rate` for QUIC connections and `bbr` for TCP ones
@@ -327,7 +331,7 @@ impl Default for PoolSection {
             remote: DEFAULT_REMOTE.into(),
             remotes: Vec::new(),
             connections: DEFAULT_CONNECTIONS,
-            policy: PolicyName::LeastOutstanding,
+            policy: None,
             congestion: None,
             ready_timeout_ms: DEFAULT_READY_TIMEOUT_MS,
             open_queue: DEFAULT_OPEN_QUEUE,
@@ -425,6 +429,18 @@ impl PoolSection {
     /// The congestion control in force (the configured one, or the carrier's default).
     pub fn congestion(&self) -> &str {
         app::config::congestion_in_force(self.congestion.as_deref(), self.carrier)
+    }
+
+    /// The placement policy of the TCP pool (the carrier, or the fallback under `auto`).
+    pub fn tcp_policy(&self) -> PolicyName {
+        self.policy
+            .unwrap_or_else(|| app::config::default_policy(CarrierName::Tcp))
+    }
+
+    /// The placement policy of the QUIC pool.
+    pub fn quic_policy(&self) -> PolicyName {
+        self.policy
+            .unwrap_or_else(|| app::config::default_policy(CarrierName::Quic))
     }
 
     /// The remote proxies in use: `remotes`, or the single `remote`.
@@ -913,6 +929,18 @@ mod tests {
             ..LinkConfig::default()
         };
         assert_eq!(l.bdp_bytes(), 510_000);
+    }
+
+    #[test]
+    fn placement_is_pack_on_quic_and_least_outstanding_on_tcp_unless_configured() {
+        let c = EdgeConfig::default();
+        assert_eq!(c.pool.policy, None);
+        assert_eq!(c.pool.tcp_policy(), PolicyName::LeastOutstanding);
+        assert_eq!(c.pool.quic_policy(), PolicyName::Pack);
+        let c: EdgeConfig = toml::from_str("[pool]\npolicy = \"fewest-streams\"\n").unwrap();
+        assert_eq!(c.pool.tcp_policy(), PolicyName::FewestStreams);
+        assert_eq!(c.pool.quic_policy(), PolicyName::FewestStreams);
+        assert!(toml::from_str::<EdgeConfig>("[pool]\npolicy = \"fastest\"\n").is_err());
     }
 
     #[test]

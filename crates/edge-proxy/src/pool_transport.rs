@@ -98,11 +98,9 @@ pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Remot
             let tls = tls.clone().ok_or_else(|| {
                 PoolError::Config("pool.carrier = \"quic\" needs [pool.tls]".into())
             })?;
-            let quic = cfg.pool.quic.options(&cfg.link, cfg.pool.congestion());
-            Pool::start_quic(pc, tls, quic)?
+            Pool::start_quic(pc, tls, quic_options(cfg))?
         } else if let (CarrierName::Auto, Some(tls)) = (carrier, &tls) {
-            let quic = cfg.pool.quic.options(&cfg.link, cfg.pool.congestion());
-            Pool::start_auto(pc, tls.clone(), quic)?
+            Pool::start_auto(pc, tls.clone(), quic_options(cfg))?
         } else {
             match &tls {
                 Some(tls) => {
@@ -121,13 +119,22 @@ pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Remot
     Ok(Remotes::new(remotes))
 }
 
+/// The QUIC options of an edge's pools: the `[pool.quic]` section, the link, and the QUIC
+/// pool's congestion control and placement policy.
+fn quic_options(cfg: &EdgeConfig) -> pool::quic::QuicOptions {
+    pool::quic::QuicOptions {
+        policy: Some(policy(cfg.pool.quic_policy())),
+        ..cfg.pool.quic.options(&cfg.link, cfg.pool.congestion())
+    }
+}
+
 /// The pool configuration of an edge, for its first remote (every remote's pool is configured
 /// alike but for `remote`).
 pub fn pool_config(cfg: &EdgeConfig) -> PoolConfig {
     PoolConfig {
         remote: cfg.pool.remote_list().swap_remove(0),
         connections: cfg.pool.connections,
-        policy: policy(cfg.pool.policy),
+        policy: policy(cfg.pool.tcp_policy()),
         socket: socket_options(cfg.pool.congestion()),
         mux: mux_config(&cfg.link),
         open_queue: cfg.pool.open_queue,
