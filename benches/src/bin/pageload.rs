@@ -140,7 +140,8 @@ struct SuiteArgs {
     /// each carrier's default, `rate` for QUIC and bbr for TCP).
     #[arg(long, value_delimiter = ',')]
     congestion: Option<Vec<String>>,
-    /// longhaul stream placement policies (`least-outstanding`, `expected-completion`,
+    /// longhaul stream placement policies (`default`: each carrier's own, `pack` on QUIC and
+    /// least-outstanding on TCP; `least-outstanding`, `expected-completion`, `pack`,
     /// `round-robin`, `fewest-streams`).
     #[arg(long, value_delimiter = ',')]
     policies: Option<Vec<String>>,

@@ -220,11 +220,12 @@ impl Drop for LonghaulRemote {
 pub const CONGESTION: [&str; 4] = ["bbr", "cubic", "reno", "rate"];
 
 /// Placement policies, as `--policy` (edge) and `--reply-policy` (remote) name them.
-pub const POLICIES: [&str; 4] = [
+pub const POLICIES: [&str; 5] = [
     "least-outstanding",
     "round-robin",
     "fewest-streams",
     "expected-completion",
+    "pack",
 ];
 
 /// Carriers of the longhaul systems, as `--carrier` names them.

@@ -220,6 +220,7 @@ pub fn variants(
         return vec![SystemSpec::plain(id)];
     }
     let congestion = congestion_for(id, congestion);
+    let policies = policies_for(id, policies);
     let mut specs = Vec::new();
     let (Some(c0), Some(p0)) = (congestion.first(), policies.first()) else {
         return specs;
@@ -229,7 +230,7 @@ pub fn variants(
     }
     let n0 = main_pool_size(pools);
     for c in &congestion {
-        for p in policies {
+        for p in &policies {
             let v = SystemSpec::longhaul_on(id, n0, c, p);
             if !specs.contains(&v) {
                 specs.push(v);
@@ -267,6 +268,33 @@ fn congestion_for(id: &str, congestion: &[String]) -> Vec<String> {
     v
 }
 
+/// What `--policies default` runs: longhaul's own default placement for the carrier
+/// (`pack` on QUIC connections, least-outstanding on TCP), named by the policy it is.
+pub const DEFAULT_POLICY_NAME: &str = "default";
+
+/// The placement policies longhaul system `id` runs, each once: `default` becomes the
+/// carrier's default policy by name.
+fn policies_for(id: &str, policies: &[String]) -> Vec<String> {
+    let carrier = if carrier_of(id) == Some("tcp") {
+        app::config::CarrierName::Tcp
+    } else {
+        app::config::CarrierName::Quic
+    };
+    let mut v: Vec<String> = Vec::new();
+    for p in policies {
+        let p = match p.as_str() {
+            DEFAULT_POLICY_NAME => app::pool_glue::policy(app::config::default_policy(carrier))
+                .name()
+                .to_owned(),
+            p => p.to_owned(),
+        };
+        if !v.contains(&p) {
+            v.push(p);
+        }
+    }
+    v
+}
+
 /// The pool size longhaul ships with (`pool.connections` left unset): the suites compare
 /// longhaul with the other systems at it.
 pub const MAIN_POOL_SIZE: u32 = pool::DEFAULT_CONNECTIONS as u32;
@@ -296,7 +324,7 @@ pub fn main_variant(
         id,
         main_pool_size(pools),
         congestion_for(id, congestion).first()?,
-        policies.first()?,
+        policies_for(id, policies).first()?,
     ))
 }
 
@@ -549,6 +577,31 @@ mod tests {
         assert_eq!(
             main_variant("longhaul-quic", &[10], &cc, &pol),
             Some(SystemSpec::longhaul_quic(10, "rate", "least-outstanding"))
+        );
+    }
+
+    #[test]
+    fn default_policy_is_each_carriers_own() {
+        let cc = vec!["default".to_string()];
+        let pol: Vec<String> = ["default", "least-outstanding", "round-robin"]
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let names = |id: &str| -> Vec<String> {
+            variants(id, &[MAIN_POOL_SIZE], &cc, &pol)
+                .into_iter()
+                .map(|s| s.params.policy.unwrap())
+                .collect()
+        };
+        // TCP: default is least-outstanding (listed once); QUIC: pack, then the others.
+        assert_eq!(names("longhaul-tcp"), ["least-outstanding", "round-robin"]);
+        assert_eq!(
+            names("longhaul-quic"),
+            ["pack", "least-outstanding", "round-robin"]
+        );
+        assert_eq!(
+            main_variant("longhaul-quic", &[MAIN_POOL_SIZE], &cc, &pol),
+            Some(SystemSpec::longhaul_quic(MAIN_POOL_SIZE, "rate", "pack"))
         );
     }
 
