@@ -240,6 +240,16 @@ pub fn variants(
     specs
 }
 
+/// The carrier of longhaul system `id` as the proxies' configuration names it (QUIC for
+/// every system that is not the TCP pool).
+fn carrier_name(id: &str) -> app::config::CarrierName {
+    if carrier_of(id) == Some("tcp") {
+        app::config::CarrierName::Tcp
+    } else {
+        app::config::CarrierName::Quic
+    }
+}
+
 /// What `--congestion default` runs: longhaul's own default for the carrier (edge and remote
 /// started without `--congestion`: `rate` on QUIC connections, the kernel's bbr on TCP).
 pub const DEFAULT_CONGESTION_NAME: &str = "default";
@@ -248,12 +258,8 @@ pub const DEFAULT_CONGESTION_NAME: &str = "default";
 /// carrier's default controller by name, and `rate`, a QUIC controller that the TCP carrier
 /// refuses, is left out there.
 fn congestion_for(id: &str, congestion: &[String]) -> Vec<String> {
-    let tcp = carrier_of(id) == Some("tcp");
-    let carrier = if tcp {
-        app::config::CarrierName::Tcp
-    } else {
-        app::config::CarrierName::Quic
-    };
+    let carrier = carrier_name(id);
+    let tcp = carrier == app::config::CarrierName::Tcp;
     let mut v: Vec<String> = Vec::new();
     for c in congestion {
         let c = match c.as_str() {
@@ -275,11 +281,7 @@ pub const DEFAULT_POLICY_NAME: &str = "default";
 /// The placement policies longhaul system `id` runs, each once: `default` becomes the
 /// carrier's default policy by name.
 fn policies_for(id: &str, policies: &[String]) -> Vec<String> {
-    let carrier = if carrier_of(id) == Some("tcp") {
-        app::config::CarrierName::Tcp
-    } else {
-        app::config::CarrierName::Quic
-    };
+    let carrier = carrier_name(id);
     let mut v: Vec<String> = Vec::new();
     for p in policies {
         let p = match p.as_str() {

@@ -88,6 +88,17 @@ fn pool_with(remote: SocketAddr, n: usize, dir: &Path, ca: &Path, policy: pool::
     Pool::start_quic(cfg, tls, opts()).unwrap()
 }
 
+/// Waits until every slot of the pool has its connection up (so that streams can spread).
+async fn all_up(pool: &Pool) {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while pool.stats().iter().any(|s| s.state != LaneState::Up) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+}
+
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
@@ -129,13 +140,7 @@ async fn many_concurrent_streams_echo_byte_exact_over_quic() {
     assert!(pool.is_quic());
     assert!(pool.ready(Duration::from_secs(5)).await);
     // Let every slot come up so streams spread.
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while pool.stats().iter().any(|s| s.state != LaneState::Up) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .unwrap();
+    all_up(&pool).await;
     let mut tasks = Vec::new();
     for i in 0..40u64 {
         let p = pool.clone();
@@ -179,13 +184,7 @@ async fn expected_completion_spreads_streams_over_quic() {
         pool::Policy::ExpectedCompletion,
     );
     assert!(pool.ready(Duration::from_secs(5)).await);
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while pool.stats().iter().any(|s| s.state != LaneState::Up) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .unwrap();
+    all_up(&pool).await;
     let mut tasks = Vec::new();
     for i in 0..40u64 {
         let p = pool.clone();
@@ -236,13 +235,7 @@ async fn pack_keeps_a_page_on_one_quic_connection_and_a_transfer_on_its_own() {
         ..opts()
     };
     let pool = Pool::start_quic(cfg, tls, quic).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while pool.stats().iter().any(|s| s.state != LaneState::Up) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .unwrap();
+    all_up(&pool).await;
     // A page: every stream on the first connection.
     let mut page = Vec::new();
     for _ in 0..8 {
