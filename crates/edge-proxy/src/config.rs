@@ -296,8 +296,7 @@ pub struct PoolSection {
     /// Which pool connection each request (and tunnel upload) goes on; over TCP replies are
     /// placed by the remote's `reply_policy`, over QUIC they ride the request's connection.
     /// Absent: `pack` for QUIC connections, `least-outstanding` for TCP ones
-    /// ([`app::config::default_policy`]); [`PoolSection::tcp_policy`] and
-    /// [`PoolSection::quic_policy`] are the ones in force.
+    /// ([`app::config::default_policy`]); [`PoolSection::policy`] is the one in force.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyName>,
     /// Congestion control of pool connections (`bbr`, `cubic`, `reno`; `rate`, the
@@ -431,16 +430,12 @@ impl PoolSection {
         app::config::congestion_in_force(self.congestion.as_deref(), self.carrier)
     }
 
-    /// The placement policy of the TCP pool (the carrier, or the fallback under `auto`).
-    pub fn tcp_policy(&self) -> PolicyName {
+    /// The placement policy in force on `carrier`'s connections (`Tcp` for the TCP carrier
+    /// and the fallback under `auto`, `Quic` for QUIC ones): the configured one, or
+    /// [`app::config::default_policy`].
+    pub fn policy(&self, carrier: CarrierName) -> PolicyName {
         self.policy
-            .unwrap_or_else(|| app::config::default_policy(CarrierName::Tcp))
-    }
-
-    /// The placement policy of the QUIC pool.
-    pub fn quic_policy(&self) -> PolicyName {
-        self.policy
-            .unwrap_or_else(|| app::config::default_policy(CarrierName::Quic))
+            .unwrap_or_else(|| app::config::default_policy(carrier))
     }
 
     /// The remote proxies in use: `remotes`, or the single `remote`.
@@ -935,11 +930,14 @@ mod tests {
     fn placement_is_pack_on_quic_and_least_outstanding_on_tcp_unless_configured() {
         let c = EdgeConfig::default();
         assert_eq!(c.pool.policy, None);
-        assert_eq!(c.pool.tcp_policy(), PolicyName::LeastOutstanding);
-        assert_eq!(c.pool.quic_policy(), PolicyName::Pack);
+        assert_eq!(
+            c.pool.policy(CarrierName::Tcp),
+            PolicyName::LeastOutstanding
+        );
+        assert_eq!(c.pool.policy(CarrierName::Quic), PolicyName::Pack);
         let c: EdgeConfig = toml::from_str("[pool]\npolicy = \"fewest-streams\"\n").unwrap();
-        assert_eq!(c.pool.tcp_policy(), PolicyName::FewestStreams);
-        assert_eq!(c.pool.quic_policy(), PolicyName::FewestStreams);
+        assert_eq!(c.pool.policy(CarrierName::Tcp), PolicyName::FewestStreams);
+        assert_eq!(c.pool.policy(CarrierName::Quic), PolicyName::FewestStreams);
         assert!(toml::from_str::<EdgeConfig>("[pool]\npolicy = \"fastest\"\n").is_err());
     }
 

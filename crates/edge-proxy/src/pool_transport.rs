@@ -123,7 +123,7 @@ pub fn start_pool(cfg: &EdgeConfig, tls: Option<Arc<TlsClient>>) -> Result<Remot
 /// pool's congestion control and placement policy.
 fn quic_options(cfg: &EdgeConfig) -> pool::quic::QuicOptions {
     pool::quic::QuicOptions {
-        policy: Some(policy(cfg.pool.quic_policy())),
+        policy: Some(policy(cfg.pool.policy(CarrierName::Quic))),
         ..cfg.pool.quic.options(&cfg.link, cfg.pool.congestion())
     }
 }
@@ -134,7 +134,7 @@ pub fn pool_config(cfg: &EdgeConfig) -> PoolConfig {
     PoolConfig {
         remote: cfg.pool.remote_list().swap_remove(0),
         connections: cfg.pool.connections,
-        policy: policy(cfg.pool.tcp_policy()),
+        policy: policy(cfg.pool.policy(CarrierName::Tcp)),
         socket: socket_options(cfg.pool.congestion()),
         mux: mux_config(&cfg.link),
         open_queue: cfg.pool.open_queue,
