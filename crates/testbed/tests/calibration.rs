@@ -2,6 +2,12 @@
 //! plumbing. These need network namespaces: they run as root, re-run themselves in an
 //! unprivileged user namespace, or skip loudly (fail with LONGHAUL_REQUIRE_NETNS=1).
 //! The timing tests take a lock so they never compete with each other for the CPU.
+//!
+//! A timing check gets up to [`ATTEMPTS`] measurements, each on a fresh topology, and passes
+//! when one of them is within its bound. A calibration error is systematic: the emulator that
+//! adds the wrong delay or rate does so in every attempt, and the failure lists them all. A
+//! burst of scheduling delay on a shared two-core host (another process woke on the
+//! emulator's core) is not, and does not fail the suite alone.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
@@ -17,18 +23,42 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Measurements a timing check may take before it fails.
+const ATTEMPTS: usize = 3;
+
+/// Runs `measure` up to [`ATTEMPTS`] times until it returns `Ok`; panics with every
+/// attempt's message otherwise.
+fn within_bound_in_one_attempt(what: &str, mut measure: impl FnMut() -> Result<(), String>) {
+    let mut misses = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        match measure() {
+            Ok(()) => return,
+            Err(miss) => {
+                eprintln!("{what}: attempt {attempt} of {ATTEMPTS}: {miss}");
+                misses.push(miss);
+            }
+        }
+    }
+    panic!("{what}: every attempt missed: {}", misses.join("; "));
+}
+
 fn check_rtt(name: &str) {
-    let topo = Topology::up(&Profile::named(name).unwrap()).unwrap();
-    let samples = calibrate::rtt_samples(&topo, 20).unwrap();
-    let median = calibrate::median(&samples);
-    let want = topo.profile().rtt();
-    let err = median.as_secs_f64() - want.as_secs_f64();
-    eprintln!("{name}: RTT median {median:?} (profile {want:?}), samples {samples:?}");
-    assert!(
-        err.abs() <= 0.001,
-        "{name}: median RTT {median:?} is not within 1 ms of {want:?}"
-    );
-    topo.down().unwrap();
+    within_bound_in_one_attempt(&format!("{name} RTT"), || {
+        let topo = Topology::up(&Profile::named(name).unwrap()).unwrap();
+        let samples = calibrate::rtt_samples(&topo, 20).unwrap();
+        let want = topo.profile().rtt();
+        topo.down().unwrap();
+        let median = calibrate::median(&samples);
+        let err = median.as_secs_f64() - want.as_secs_f64();
+        eprintln!("{name}: RTT median {median:?} (profile {want:?}), samples {samples:?}");
+        if err.abs() <= 0.001 {
+            Ok(())
+        } else {
+            Err(format!(
+                "median RTT {median:?} is not within 1 ms of {want:?}"
+            ))
+        }
+    });
 }
 
 #[test]
@@ -47,26 +77,31 @@ fn one_bbr_flow_on_pacific_reaches_the_rate_within_3_percent() {
     if !netns_test_gate("one_bbr_flow_on_pacific_reaches_the_rate_within_3_percent") {
         return;
     }
-    let topo = Topology::up(&Profile::named("pacific").unwrap()).unwrap();
-    let mut opts = GoodputOptions::for_profile(&topo);
-    opts.congestion_control = Some("bbr".into());
-    let bps = calibrate::goodput(&topo, &opts).unwrap();
-    // The rate counts whole 1500-byte IP packets; a TCP flow carries 1448 of them.
-    let rate = topo.profile().down.rate_bps.unwrap() as f64;
-    let ceiling = rate * TCP_PAYLOAD as f64 / 1500.0;
-    eprintln!(
-        "pacific BBR goodput {:.2} Mbit/s; payload ceiling {:.2}; {:?}",
-        bps / 1e6,
-        ceiling / 1e6,
-        topo.long_link_stats().0.model
-    );
-    assert!(
-        (bps / ceiling - 1.0).abs() <= 0.03,
-        "goodput {:.2} Mbit/s not within 3% of {:.2}",
-        bps / 1e6,
-        ceiling / 1e6
-    );
-    topo.down().unwrap();
+    within_bound_in_one_attempt("pacific BBR goodput", || {
+        let topo = Topology::up(&Profile::named("pacific").unwrap()).unwrap();
+        let mut opts = GoodputOptions::for_profile(&topo);
+        opts.congestion_control = Some("bbr".into());
+        let bps = calibrate::goodput(&topo, &opts).unwrap();
+        // The rate counts whole 1500-byte IP packets; a TCP flow carries 1448 of them.
+        let rate = topo.profile().down.rate_bps.unwrap() as f64;
+        let ceiling = rate * TCP_PAYLOAD as f64 / 1500.0;
+        eprintln!(
+            "pacific BBR goodput {:.2} Mbit/s; payload ceiling {:.2}; {:?}",
+            bps / 1e6,
+            ceiling / 1e6,
+            topo.long_link_stats().0.model
+        );
+        topo.down().unwrap();
+        if (bps / ceiling - 1.0).abs() <= 0.03 {
+            Ok(())
+        } else {
+            Err(format!(
+                "goodput {:.2} Mbit/s not within 3% of {:.2}",
+                bps / 1e6,
+                ceiling / 1e6
+            ))
+        }
+    });
 }
 
 #[test]
@@ -75,21 +110,23 @@ fn window_of_32767_bytes_on_us_nz_1999_plateaus_near_2_2_mbit() {
     if !netns_test_gate("window_of_32767_bytes_on_us_nz_1999_plateaus_near_2_2_mbit") {
         return;
     }
-    let topo = Topology::up(&Profile::named("us-nz-1999").unwrap()).unwrap();
-    let mut opts = GoodputOptions::for_profile(&topo);
-    opts.max_flight_bytes = Some(32_767);
-    let bps = calibrate::goodput(&topo, &opts).unwrap();
-    eprintln!(
-        "us-nz-1999 with a 32767-byte window: {:.3} Mbit/s",
-        bps / 1e6
-    );
-    // Seed 001: 32767 × 8 / 0.120 s = 2.2 Mbit/s.
-    assert!(
-        (bps / 2.2e6 - 1.0).abs() <= 0.10,
-        "{:.3} Mbit/s is not within 10% of 2.2",
-        bps / 1e6
-    );
-    topo.down().unwrap();
+    within_bound_in_one_attempt("us-nz-1999 window-limited goodput", || {
+        let topo = Topology::up(&Profile::named("us-nz-1999").unwrap()).unwrap();
+        let mut opts = GoodputOptions::for_profile(&topo);
+        opts.max_flight_bytes = Some(32_767);
+        let bps = calibrate::goodput(&topo, &opts).unwrap();
+        topo.down().unwrap();
+        eprintln!(
+            "us-nz-1999 with a 32767-byte window: {:.3} Mbit/s",
+            bps / 1e6
+        );
+        // Seed 001: 32767 × 8 / 0.120 s = 2.2 Mbit/s.
+        if (bps / 2.2e6 - 1.0).abs() <= 0.10 {
+            Ok(())
+        } else {
+            Err(format!("{:.3} Mbit/s is not within 10% of 2.2", bps / 1e6))
+        }
+    });
 }
 
 fn check_loss(profile: Profile) {
