@@ -4,7 +4,10 @@
 //! pool ends in this one process) per GB carried. Loopback has no link delay or loss, so this
 //! measures CPU cost, not what a long link would see.
 //!
-//! `cargo run --release -p pool --example quic_cost -- [MB per run] [repetitions]`
+//! `cargo run --release -p pool --example quic_cost -- [MB per run] [repetitions] [connections]`
+//!
+//! `connections` (default 4) sizes both pools; 1 measures what a single connection carries,
+//! the ceiling of the QUIC pool's `pack` placement, which keeps a page's streams on one.
 
 mod support;
 
@@ -19,6 +22,11 @@ use support::{echo_server, measure, median, run, spawn_echo, STREAMS};
 #[tokio::main]
 async fn main() {
     let (mb, reps) = support::args();
+    let connections: usize = std::env::args()
+        .nth(3)
+        .map(|a| a.parse().expect("connections: a positive number"))
+        .unwrap_or(pool::DEFAULT_CONNECTIONS);
+    assert!(connections > 0, "connections: a positive number");
     let total = mb * 1024 * 1024;
     let dir = support::keys("quic-cost");
     let f = |side: &str| support::files(&dir, side);
@@ -38,6 +46,7 @@ async fn main() {
     spawn_echo(quic_srv.clone());
     let cfg = |s: &Server| PoolConfig {
         remote: s.local_addr().to_string(),
+        connections,
         ..PoolConfig::default()
     };
     let pc = cfg(&tls_srv);
@@ -66,7 +75,9 @@ async fn main() {
     }
     let rate = |v: &[(f64, f64)]| median(v.iter().map(|x| x.0).collect());
     let cost = |v: &[(f64, f64)]| median(v.iter().map(|x| x.1).collect());
-    println!("{mb} MiB each way per run, {STREAMS} streams, 4 pool connections, {reps} runs");
+    println!(
+        "{mb} MiB each way per run, {STREAMS} streams, {connections} pool connections, {reps} runs"
+    );
     println!(
         "TCP + mutual TLS 1.3: median {:.0} MiB/s, {:.2} CPU s per GB",
         rate(&t),
