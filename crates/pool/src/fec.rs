@@ -387,6 +387,11 @@ impl Encoder {
         self.stats
     }
 
+    /// Datagrams per parity ([`FecConfig::group`]).
+    pub fn group(&self) -> usize {
+        self.cfg.group
+    }
+
     /// Records the datagrams of one send to `destination` at `now` (a GSO batch is several,
     /// in order). With `protect`, the 1-RTT ones join the peer's group, and a group that
     /// fills returns its parity to send now. Without, the peer's partial group, if any, is

@@ -19,9 +19,14 @@
 //! traffic already), and, with [`ParityMode::Auto`], only while the path shows loss
 //! ([`LossWatch`]).
 //!
+//! Each send records on the connection's [`Traffic`] whether it was protected
+//! ([`Traffic::set_parity`]): the `rate` controller (`crate::rate`) then paces the data at the
+//! connection's share less the parity that will follow it.
+//!
 //! What it does NOT do: no parity for long-header packets, no change to what quinn sends or
 //! how it paces (parity bytes are outside quinn's congestion control, bounded by the share
-//! above and the encoder's bucket), no path MTU discovery of its own (a parity larger than
+//! above and the encoder's bucket; only `rate` makes room for them, other controllers do
+//! not), no path MTU discovery of its own (a parity larger than
 //! [`FecConfig::max_datagram`] is not sent).
 
 use std::collections::{HashMap, VecDeque};
@@ -377,6 +382,9 @@ impl AsyncUdpSocket for ParitySocket {
                 p.held.fetch_add(count, Ordering::Relaxed);
             }
             let protect = !busy && wanted.is_some();
+            if let Some(p) = st.peers.get(&t.destination) {
+                p.traffic.set_parity(protect.then(|| st.enc.group()));
+            }
             let out = st.enc.on_send(
                 now,
                 t.destination,
@@ -570,5 +578,60 @@ mod tests {
         p.set_lossy(false);
         drop(class);
         assert!(!p.protecting(ParityMode::Auto), "no loss seen");
+    }
+
+    /// Each send tells the connection's controller whether it was protected, and the meter's
+    /// verdict counts: on a busy link the share is data again.
+    #[tokio::test]
+    async fn sends_tell_the_controller_whether_parity_follows() {
+        use quinn::Runtime;
+        let bind = || std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let peer = bind();
+        let to = peer.local_addr().expect("address");
+        let socket = |link_bps| {
+            let inner = quinn::TokioRuntime.wrap_udp_socket(bind()).expect("socket");
+            let meter = Arc::new(Mutex::new(Meter::new(Duration::from_secs(1))));
+            ParitySocket::new(
+                inner,
+                FecConfig::default(),
+                ParityMode::Always,
+                meter,
+                link_bps,
+            )
+        };
+        // A short-header (1-RTT) datagram.
+        let mut datagram = vec![0u8; 1200];
+        datagram[0] = 0x40;
+        let t = Transmit {
+            destination: to,
+            ecn: None,
+            contents: &datagram,
+            segment_size: None,
+            src_ip: None,
+        };
+        async fn send(s: Arc<ParitySocket>, t: &Transmit<'_>) {
+            let mut poller = s.clone().create_io_poller();
+            std::future::poll_fn(|cx| poller.as_mut().poll_writable(cx))
+                .await
+                .expect("writable");
+            s.try_send(t).expect("send");
+        }
+
+        let idle = socket(1_000_000_000);
+        let traffic = Arc::new(Traffic::default());
+        let _class = crate::rate::SendClass::open(traffic.clone());
+        idle.add_peer(to, traffic.clone());
+        assert_eq!(traffic.data_share(), 1.0, "nothing sent yet");
+        send(idle.clone(), &t).await;
+        let group = FecConfig::default().group as f64;
+        assert_eq!(traffic.data_share(), group / (group + 1.0));
+
+        // 1200 bytes over a second already pass 0.8 of 8 kbit/s: the link is busy, nothing
+        // is protected, and the controller is told.
+        let busy = socket(8_000);
+        busy.add_peer(to, traffic.clone());
+        send(busy.clone(), &t).await;
+        assert_eq!(traffic.data_share(), 1.0);
+        assert!(busy.shared.lock().peers[&to].held.load(Ordering::Relaxed) > 0);
     }
 }

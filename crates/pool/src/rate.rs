@@ -30,6 +30,10 @@
 //! whole rate back.
 //! This is least-attained-service scheduling at connection granularity; within a connection
 //! the streams are ordered the same way by quinn's stream priorities (`crate::quic`).
+//! **Parity is counted in the share**: while the parity socket (`crate::parity`) protects a
+//! connection's sends with one parity per `group` datagrams, sent outside quinn's control,
+//! its windows are `group / (group + 1)` of the above ([`Traffic::data_share`]), so data and
+//! parity together stay within the share instead of building a queue of their own.
 //!
 //! quinn sends at most one window per round trip and paces it at 1.25 × window ÷ smoothed
 //! RTT (`quinn-proto` `connection/pacing.rs`), so on an unqueued path a connection carries
@@ -197,16 +201,44 @@ impl Shares {
 /// are interactive (fewer than [`BULK_BYTES`] written) and how many bulk. The connection is
 /// bulk while it has a bulk direction open and no interactive one; without any open direction
 /// (the tail of finished replies in flight, or nothing) it is interactive.
+///
+/// It also carries what the parity socket (`crate::parity`) adds to the connection's sends:
+/// while they are protected with one parity per `group` datagrams, the controller sizes its
+/// window to `group / (group + 1)` of what it would (see [`Traffic::data_share`]).
 #[derive(Debug, Default)]
 pub struct Traffic {
     interactive: AtomicU32,
     bulk: AtomicU32,
+    /// Datagrams per parity while the connection's sends are protected; 0 while they are not.
+    parity_group: AtomicU32,
 }
 
 impl Traffic {
     /// Whether the connection is bulk now.
     pub fn bulk(&self) -> bool {
         self.interactive.load(Ordering::Relaxed) == 0 && self.bulk.load(Ordering::Relaxed) > 0
+    }
+
+    /// Records whether the connection's sends are protected now, with one parity per
+    /// `group` datagrams (`None`: not protected).
+    pub fn set_parity(&self, group: Option<usize>) {
+        let g = group.map_or(0, |g| u32::try_from(g).unwrap_or(u32::MAX));
+        // Read first: the socket records this on every send, and the value rarely changes.
+        if self.parity_group.load(Ordering::Relaxed) != g {
+            self.parity_group.store(g, Ordering::Relaxed);
+        }
+    }
+
+    /// The fraction of the connection's sends that is data: `group / (group + 1)` while
+    /// its sends are protected (a parity of about a full datagram follows every `group`
+    /// of them), 1 otherwise. Parity is sent outside quinn's congestion control, so
+    /// without this a protected connection put `1 + 1/group` of its share on the link,
+    /// which queues at a bottleneck it fills and reads as congestion.
+    pub fn data_share(&self) -> f64 {
+        match self.parity_group.load(Ordering::Relaxed) {
+            0 => 1.0,
+            g => f64::from(g) / (f64::from(g) + 1.0),
+        }
     }
 
     /// Interactive send directions open now.
@@ -434,11 +466,14 @@ impl Rate {
         self.window_of(self.share_bps())
     }
 
-    /// Bytes that `bps` carries in the base RTT plus the allowance.
+    /// Bytes of data that `bps` carries in the base RTT plus the allowance: less the parity
+    /// the connection's sends carry now ([`Traffic::data_share`]).
     fn window_of(&self, bps: u64) -> u64 {
         let base = self.base_rtt();
         let t = base + allowance(base);
-        (u128::from(bps) * t.as_nanos() / 8_000_000_000) as u64
+        let wire = (u128::from(bps) * t.as_nanos() / 8_000_000_000) as u64;
+        let data = self.traffic.as_ref().map_or(1.0, |t| t.data_share());
+        (wire as f64 * data) as u64
     }
 
     /// The window of this connection's fair share: the full window at the current gain.
@@ -1215,6 +1250,36 @@ mod tests {
         i.end_acks(now, cap(RATE, BASE));
         assert_eq!(b.share_bps(), RATE / 2);
         assert_eq!(i.share_bps(), RATE / 2);
+    }
+
+    #[test]
+    fn parity_is_counted_in_the_share() {
+        let (now, b, mut i, _reply) = bulk_and_interactive();
+        let page = i.traffic.clone().expect("traffic");
+        let wire = |w: u64, t: &Traffic| w as f64 / t.data_share();
+        for _ in 0..=YIELD_DATAGRAMS {
+            i.sent(now, 1200);
+        }
+        i.end_acks(now, cap(RATE, BASE));
+        let unprotected = i.window();
+        assert_eq!(
+            unprotected,
+            cap((RATE as f64 * (1.0 - BULK_YIELD)) as u64, BASE)
+        );
+        // The page's sends are protected, one parity per 8 datagrams: its window makes room
+        // for the parity, and the download's is unchanged.
+        page.set_parity(Some(8));
+        assert!((page.data_share() - 8.0 / 9.0).abs() < 1e-12);
+        let protected = i.window();
+        assert!(protected.abs_diff(unprotected * 8 / 9) <= 1, "{protected}");
+        assert_eq!(b.window(), cap((RATE as f64 * BULK_YIELD) as u64, BASE));
+        // Data and parity of the page plus the download: the pool's rate, not more.
+        let total = wire(protected, &page) + b.window() as f64;
+        assert!(total <= cap(RATE, BASE) as f64 + 2.0, "{total}");
+        // Parity off again: the whole share is data.
+        page.set_parity(None);
+        assert_eq!(page.data_share(), 1.0);
+        assert_eq!(i.window(), unprotected);
     }
 
     #[test]
