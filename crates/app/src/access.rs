@@ -20,8 +20,20 @@ use http1::reply::ErrorTag;
 pub enum Peer {
     /// The edge's client address (logged as `client`).
     Client(SocketAddr),
-    /// The remote's stream id (logged as `stream`).
-    Stream(u64),
+    /// A stream the remote served (logged as `stream` and `pool_conn`).
+    Stream(StreamRef),
+}
+
+/// A stream of the remote's pool: its pool-wide id and the pool connection it arrived on (the
+/// `conn` of that connection's "pool connection up" log line and of its metrics), so that a
+/// slow or failed stream can be tied to one connection and, through that line's peer address,
+/// to the edge's end of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamRef {
+    /// Pool-wide stream id.
+    pub id: u64,
+    /// The pool connection, when the transport knows it.
+    pub conn: Option<u64>,
 }
 
 /// One access-log record.
@@ -127,7 +139,12 @@ impl<'a> Access<'a> {
         }
         match self.peer {
             Peer::Client(client) => access_event!(%client),
-            Peer::Stream(stream) => access_event!(stream),
+            Peer::Stream(StreamRef {
+                id: stream,
+                conn: pool_conn,
+            }) => {
+                access_event!(stream, pool_conn)
+            }
         }
         crate::metrics::record_access(
             self.kind(),
@@ -146,7 +163,10 @@ mod tests {
 
     #[test]
     fn a_new_record_is_neutral_and_a_failure_carries_its_tag() {
-        let peer = Peer::Stream(7);
+        let peer = Peer::Stream(StreamRef {
+            id: 7,
+            conn: Some(3),
+        });
         let a = Access::new(peer, "GET", "a.test:80", Instant::now());
         assert_eq!((a.status, a.outcome, &*a.detail), (0, "ok", ""));
         assert_eq!((a.bytes_up, a.bytes_down, a.ttfb), (0, 0, None));

@@ -44,7 +44,10 @@ impl Transport for Local {
         _age: std::time::Duration,
     ) -> Result<DuplexStream, OpenError> {
         let (mut near, far) = tokio::io::duplex(256 * 1024);
-        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let id = app::access::StreamRef {
+            id: self.ids.fetch_add(1, Ordering::Relaxed),
+            conn: None,
+        };
         let ctx = self.ctx.clone();
         let target = target.to_string();
         tokio::spawn(async move { handler::handle(&ctx, id, kind, target, Far(far)).await });

@@ -1446,8 +1446,15 @@ struct Dial {
 }
 
 /// A dialled connection: the connection, its traffic, whether the remote reads page ages,
-/// and its parity registration when both sides run parity.
-type Dialled = (Connection, Arc<Traffic>, bool, Option<ParityWatch>);
+/// its parity registration when both sides run parity, and its local address (the remote
+/// logs it as the connection's peer).
+type Dialled = (
+    Connection,
+    Arc<Traffic>,
+    bool,
+    Option<ParityWatch>,
+    SocketAddr,
+);
 
 impl Dial {
     /// Resolves, handshakes, checks ALPN and sends the QUIC HELLO (§8.1); also says whether
@@ -1527,7 +1534,7 @@ impl Dial {
         let parity = parity
             .filter(|_| ack.features.is_some_and(|f| f.contains(Features::PARITY)))
             .map(|p| ParityWatch::new(p, &conn, traffic.clone(), self.path_loss.clone()));
-        Ok((conn, traffic, page_age, parity))
+        Ok((conn, traffic, page_age, parity, endpoint.local_addr()?))
     }
 }
 
@@ -1546,7 +1553,7 @@ async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: B
         set(LaneState::Connecting, None, !first);
         first = false;
         match dial.dial().await {
-            Ok((conn, traffic, page_age, mut parity)) => {
+            Ok((conn, traffic, page_age, mut parity, local)) => {
                 let q = QConn::new(
                     conn.clone(),
                     Some(inner.queue.clone()),
@@ -1554,7 +1561,13 @@ async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: B
                     page_age,
                     parity.as_ref(),
                 );
-                tracing::info!(slot, conn = q.id(), remote = %dial.remote, "QUIC pool connection up");
+                tracing::info!(
+                    slot,
+                    conn = q.id(),
+                    remote = %dial.remote,
+                    %local,
+                    "QUIC pool connection up"
+                );
                 set(LaneState::Up, Some(q), false);
                 inner.up.notify_waiters();
                 inner.queue.wake();

@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 
 use crate::errors::{chain, RemoteError, ResetReason};
 use crate::policy::{PolicyResolver, TargetPolicy};
-use app::access::{Access, Peer};
+use app::access::{Access, Peer, StreamRef};
 
 /// Request body pieces buffered between the stream and hyper (each up to 64 KiB).
 pub const DEFAULT_BODY_CHANNEL: usize = 4;
@@ -116,14 +116,20 @@ impl Ctx {
 }
 
 /// Serves one stream to completion.
-pub async fn handle<S: FarStream>(ctx: &Ctx, id: u64, kind: StreamKind, target: String, stream: S) {
+pub async fn handle<S: FarStream>(
+    ctx: &Ctx,
+    id: StreamRef,
+    kind: StreamKind,
+    target: String,
+    stream: S,
+) {
     match kind {
         StreamKind::Tunnel => tunnel(ctx, id, &target, stream).await,
         StreamKind::Http => http(ctx, id, &target, stream).await,
     }
 }
 
-async fn tunnel<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
+async fn tunnel<S: FarStream>(ctx: &Ctx, id: StreamRef, target: &str, mut stream: S) {
     let started = Instant::now();
     let origin = match connect_target(ctx, target).await {
         Ok(o) => o,
@@ -191,7 +197,14 @@ async fn pump<S: FarStream>(
     }
 }
 
-fn log_error(id: u64, method: &str, target: &str, status: u16, started: Instant, e: &RemoteError) {
+fn log_error(
+    id: StreamRef,
+    method: &str,
+    target: &str,
+    status: u16,
+    started: Instant,
+    e: &RemoteError,
+) {
     // `status` is 0 for a tunnel that was reset rather than answered.
     let record = Access::new(Peer::Stream(id), method, target, started);
     Access {
@@ -204,7 +217,7 @@ fn log_error(id: u64, method: &str, target: &str, status: u16, started: Instant,
 /// Answers `e` with a synthetic response and finishes the stream.
 async fn reply_error<S: FarStream>(
     stream: &mut S,
-    id: u64,
+    id: StreamRef,
     method: &str,
     target: &str,
     started: Instant,
@@ -215,7 +228,7 @@ async fn reply_error<S: FarStream>(
     log_error(id, method, target, e.status(), started, e);
 }
 
-async fn http<S: FarStream>(ctx: &Ctx, id: u64, target: &str, mut stream: S) {
+async fn http<S: FarStream>(ctx: &Ctx, id: StreamRef, target: &str, mut stream: S) {
     let started = Instant::now();
     let mut buf = BytesMut::with_capacity(8192);
     // The head travels in the OPEN's first bytes; a stream without one is not waited for long.
@@ -554,7 +567,7 @@ fn build_request(
 
 /// Logs a switched connection's end: status 101, bytes each way, `ok` or `tunnel-failed`.
 fn log_switched(
-    id: u64,
+    id: StreamRef,
     method: &str,
     target: &str,
     started: Instant,
@@ -572,7 +585,7 @@ fn log_switched(
 /// Relays a connection the origin switched to another protocol (`101`, RFC 9110 §7.8): bytes
 /// both ways between the stream and the origin until both ended.
 async fn switched<S: FarStream>(
-    id: u64,
+    id: StreamRef,
     method: &str,
     target: &str,
     mut stream: S,
@@ -730,7 +743,7 @@ async fn write_response<W: AsyncWrite + Unpin>(
 
 async fn connect_with_status<S: FarStream>(
     ctx: &Ctx,
-    id: u64,
+    id: StreamRef,
     target: &str,
     mut stream: S,
     early: BytesMut,

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use app::access::StreamRef;
 use app::pool_glue::{mux_config, policy, socket_options, StreamKind};
 use pool::{ErrorCode, MuxStream, Server, ServerConfig};
 use tokio::task::JoinSet;
@@ -80,7 +81,11 @@ pub async fn run_shared(
                 app::metrics::stream_opened(kind.label());
                 let ctx = ctx.clone();
                 tasks.spawn(async move {
-                    handler::handle(&ctx, inc.id, kind, inc.target, inc.stream).await;
+                    // The connection the stream arrived on (over TCP, its request
+                    // direction's; a QUIC stream has one).
+                    let (ours, theirs) = inc.stream.connections();
+                    let id = StreamRef { id: inc.id, conn: theirs.or(ours) };
+                    handler::handle(&ctx, id, kind, inc.target, inc.stream).await;
                 });
             }
         }
