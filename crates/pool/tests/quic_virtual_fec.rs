@@ -226,25 +226,22 @@ fn ms(d: Duration) -> f64 {
 
 /// Log-uniform reply sizes, 2–60 KB.
 fn page(seed: u64) -> Vec<Lane> {
-    let mut rng = Rng(seed ^ 0x5eed);
-    (0..LANES)
-        .map(|_| Lane {
-            sizes: (0..EXCHANGES)
-                .map(|_| (2000.0 * 30f64.powf(rng.next_f64())) as u64)
-                .collect(),
-            next: 0,
-            current: None,
-        })
-        .collect()
+    log_uniform_page(seed ^ 0x5eed, EXCHANGES, 2000.0, 30.0)
 }
 
 /// Log-uniform reply sizes, 40–400 KB: a page whose replies fill the link for seconds.
 fn heavy_page(seed: u64) -> Vec<Lane> {
-    let mut rng = Rng(seed ^ 0x4ea7);
+    log_uniform_page(seed ^ 0x4ea7, HEAVY_EXCHANGES, 40_000.0, 10.0)
+}
+
+/// [`LANES`] lanes of `exchanges` replies each, sized log-uniformly from `smallest` to
+/// `span` times that.
+fn log_uniform_page(seed: u64, exchanges: usize, smallest: f64, span: f64) -> Vec<Lane> {
+    let mut rng = Rng(seed);
     (0..LANES)
         .map(|_| Lane {
-            sizes: (0..HEAVY_EXCHANGES)
-                .map(|_| (40_000.0 * 10f64.powf(rng.next_f64())) as u64)
+            sizes: (0..exchanges)
+                .map(|_| (smallest * span.powf(rng.next_f64())) as u64)
                 .collect(),
             next: 0,
             current: None,
