@@ -371,7 +371,8 @@ impl AsyncUdpSocket for ParitySocket {
             // are protected, and only they count towards the load parity yields to (a bulk
             // transfer beside them yields to them already, `crate::rate`). The meter's lock is
             // only ever taken under this one.
-            let peer = st.peers.get(&t.destination).filter(|p| !p.traffic.bulk());
+            let registered = st.peers.get(&t.destination);
+            let peer = registered.filter(|p| !p.traffic.bulk());
             let busy = peer.is_some() && {
                 let mut m = self.shared.meter.lock().unwrap_or_else(|p| p.into_inner());
                 m.record(now, t.contents.len() as u64 + UDP_OVERHEAD * count);
@@ -382,7 +383,7 @@ impl AsyncUdpSocket for ParitySocket {
                 p.held.fetch_add(count, Ordering::Relaxed);
             }
             let protect = !busy && wanted.is_some();
-            if let Some(p) = st.peers.get(&t.destination) {
+            if let Some(p) = registered {
                 p.traffic.set_parity(protect.then(|| st.enc.group()));
             }
             let out = st.enc.on_send(
