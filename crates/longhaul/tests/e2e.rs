@@ -684,11 +684,12 @@ fn a_reply_cut_part_way_is_logged_with_its_status_and_the_bytes_sent() {
     assert_eq!(field(&edge, "status"), Some(200), "{edge}");
     assert_eq!(field(&edge, "bytes_down"), Some(body as u64), "{edge}");
     // The remote's record names the pool connection the stream came on, as its
-    // "pool connection up" line does.
+    // "pool connection up" line does, with the edge's address.
     let conn = field(&remote, "pool_conn").unwrap_or_else(|| panic!("no pool_conn: {remote}"));
     let log = pair.remote.log_text();
     assert!(
         log.lines().any(|l| l.contains("pool connection up")
+            && l.contains(" peer=127.0.0.1:")
             && (field(l, "conn") == Some(conn) || l.contains(&format!(" conn=conn#{conn} ")))),
         "no connection {conn} came up:\n{log}"
     );

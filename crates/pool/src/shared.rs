@@ -189,13 +189,22 @@ impl Inner {
                 Event::ConnectionUp(c) => {
                     changed.up = true;
                     changed.slots = true;
+                    let (mut peer, mut local) = (None, None);
                     if let Some(l) = self.lanes.get_mut(&c) {
                         l.was_up = true;
+                        (peer, local) = (l.probe.peer_addr(), l.probe.local_addr());
                         if let Some(s) = l.slot.and_then(|s| self.slots.get_mut(s)) {
                             s.state = LaneState::Up;
                         }
                     }
-                    tracing::info!(conn = %c, session = self.session.session_id(), "pool connection up");
+                    // The addresses tie this side's connection to the peer's line for it.
+                    tracing::info!(
+                        conn = %c,
+                        session = self.session.session_id(),
+                        peer = peer.map(tracing::field::display),
+                        local = local.map(tracing::field::display),
+                        "pool connection up"
+                    );
                 }
                 Event::ConnectionClosing { conn, code, reason } => {
                     changed.slots = true;
