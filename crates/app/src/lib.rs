@@ -1,5 +1,5 @@
 //! What both longhaul binaries share, below both proxy crates so that neither depends on the
-//! other: the access log ([`access`]), configuration sections and validation helpers ([`config`]), the host settings the pool
+//! other: the access log ([`access`]) and the byte counts of its relays ([`counted`]), configuration sections and validation helpers ([`config`]), the host settings the pool
 //! depends on ([`host`]), logging ([`logging`]),
 //! Prometheus metrics and the `/metrics` endpoint ([`metrics`]), systemd notifications
 //! ([`notify`]), reload ([`reload`]), the process around either proxy (flags both share,
@@ -12,6 +12,7 @@
 
 pub mod access;
 pub mod config;
+pub mod counted;
 pub mod host;
 pub mod keys;
 pub mod logging;

@@ -35,7 +35,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
@@ -617,16 +617,11 @@ async fn connect<T: Transport>(
         }
     };
     let rd = H2Recv::new(req.into_body());
-    let (cancelled, read) = (rd.cancelled.clone(), rd.read.clone());
+    let cancelled = rd.cancelled.clone();
     let wr = H2Send::new(send, Reason::CONNECT_ERROR);
-    let sent = wr.sent.clone();
     let first_down = OnceLock::new();
     let (up, down, err) =
         tunnel::pump_with_prefix(ctx, rd, wr, stream, to_client, Bytes::new(), &first_down).await;
-    // A failed (or abandoned) direction's count is not returned by the pump: the bytes that
-    // crossed the client's stream are.
-    let up = up.max(read.load(Ordering::Relaxed));
-    let down = down.max(sent.load(Ordering::Relaxed));
     let ttfb = first_down
         .get()
         .map(|t| t.saturating_duration_since(started));
@@ -659,8 +654,6 @@ struct H2Recv {
     chunk: Bytes,
     /// Set when the client reset the stream with CANCEL.
     cancelled: Arc<AtomicBool>,
-    /// Bytes read out so far.
-    read: Arc<AtomicU64>,
 }
 
 impl H2Recv {
@@ -669,7 +662,6 @@ impl H2Recv {
             body,
             chunk: Bytes::new(),
             cancelled: Arc::new(AtomicBool::new(false)),
-            read: Arc::new(AtomicU64::new(0)),
         }
     }
 }
@@ -710,7 +702,6 @@ impl AsyncRead for H2Recv {
         let n = self.chunk.len().min(buf.remaining());
         buf.put_slice(&self.chunk[..n]);
         self.chunk.advance(n);
-        self.read.fetch_add(n as u64, Ordering::Relaxed);
         let _ = self.body.flow_control().release_capacity(n);
         Poll::Ready(Ok(()))
     }
@@ -725,8 +716,6 @@ struct H2Send {
     reset: Reason,
     aborted: AtomicBool,
     ended: bool,
-    /// Bytes sent so far.
-    sent: Arc<AtomicU64>,
 }
 
 impl H2Send {
@@ -736,7 +725,6 @@ impl H2Send {
             reset,
             aborted: AtomicBool::new(false),
             ended: false,
-            sent: Arc::new(AtomicU64::new(0)),
         }
     }
 }
@@ -777,7 +765,6 @@ impl AsyncWrite for H2Send {
                 self.send
                     .send_data(Bytes::copy_from_slice(&buf[..n]), false)
                     .map_err(h2_io)?;
-                self.sent.fetch_add(n as u64, Ordering::Relaxed);
                 return Poll::Ready(Ok(n));
             }
             match ready!(self.send.poll_capacity(cx)) {

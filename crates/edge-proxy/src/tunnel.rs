@@ -9,6 +9,7 @@
 //! It does NOT look inside tunnels: HTTPS stays end-to-end encrypted.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -20,6 +21,7 @@ use crate::conn::{Abort, ClientConn};
 use crate::errors::{answer, EdgeError};
 use crate::transport::{StreamKind, Transport};
 use app::access::{Access, Peer};
+use app::counted::Counted;
 use http1::target::parse_authority;
 use http1::RequestHead;
 
@@ -315,49 +317,51 @@ where
     W: AsyncWrite + Abort + Unpin + Send,
 {
     let (srd, mut swr) = client::split(stream);
+    // What each direction carried, counted as it is written: on a failure too.
+    let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
     let upload = async {
+        let mut swr = Counted::new(&mut swr, &up);
         swr.write_all(&to_far).await?;
         let mut r = BufReader::with_capacity(DEFAULT_TUNNEL_BUFFER, rd);
-        let n = tokio::io::copy_buf(&mut r, &mut swr).await?;
+        tokio::io::copy_buf(&mut r, &mut swr).await?;
         swr.shutdown().await?;
-        Ok::<u64, std::io::Error>(n + to_far.len() as u64)
+        Ok::<(), std::io::Error>(())
     };
     let download = async {
         if !to_client.is_empty() {
             let _ = first_down.set(Instant::now());
         }
+        let mut wr = Counted::new(&mut wr, &down);
         wr.write_all(&to_client).await?;
         let mut r = BufReader::with_capacity(DEFAULT_TUNNEL_BUFFER, srd);
         if !r.fill_buf().await?.is_empty() {
             let _ = first_down.set(Instant::now());
         }
-        let n = tokio::io::copy_buf(&mut r, &mut wr).await?;
+        tokio::io::copy_buf(&mut r, &mut wr).await?;
         wr.shutdown().await?;
-        Ok::<u64, std::io::Error>(n + to_client.len() as u64)
+        Ok::<(), std::io::Error>(())
     };
     let res = copy_both(upload, download).await;
+    let (up, down) = (up.load(Ordering::Relaxed), down.load(Ordering::Relaxed));
     let describe = |e: &std::io::Error| match ctx.transport.failure(e) {
         Some(f) => format!("far side: {}", f.reason),
         None => e.to_string(),
     };
     match res {
-        (Ok(up), Ok(down)) => (up, down, None),
-        (up, down) => {
-            let err = match (&up, &down) {
-                (Err(e), _) | (_, Err(e)) => describe(e),
-                _ => unreachable!("one side failed"),
-            };
+        (Ok(()), Ok(())) => (up, down, None),
+        (Err(e), _) | (_, Err(e)) => {
+            let err = describe(&e);
             abort(wr);
-            (up.unwrap_or(0), down.unwrap_or(0), Some(err))
+            (up, down, Some(err))
         }
     }
 }
 
 /// Runs both directions; as soon as one fails, the other is abandoned.
-async fn copy_both<A, B>(a: A, b: B) -> (std::io::Result<u64>, std::io::Result<u64>)
+async fn copy_both<A, B>(a: A, b: B) -> (std::io::Result<()>, std::io::Result<()>)
 where
-    A: std::future::Future<Output = std::io::Result<u64>>,
-    B: std::future::Future<Output = std::io::Result<u64>>,
+    A: std::future::Future<Output = std::io::Result<()>>,
+    B: std::future::Future<Output = std::io::Result<()>>,
 {
     tokio::pin!(a, b);
     let mut ra = None;
@@ -378,5 +382,5 @@ where
     }
     // A direction abandoned because the other failed reports no error of its own, so the
     // failure logged is the real one.
-    (ra.unwrap_or(Ok(0)), rb.unwrap_or(Ok(0)))
+    (ra.unwrap_or(Ok(())), rb.unwrap_or(Ok(())))
 }

@@ -700,6 +700,68 @@ fn a_reply_cut_part_way_is_logged_with_its_status_and_the_bytes_sent() {
 }
 
 #[test]
+fn a_tunnel_the_client_resets_is_logged_with_the_bytes_it_carried() {
+    // The origin sends 1 MB into the tunnel, then holds it open.
+    const DOWN: usize = 1_000_000;
+    let origin = scripted_origin(|mut s| {
+        let _ = s.write_all(&pattern(DOWN, 3));
+        std::thread::sleep(Duration::from_secs(20));
+    });
+    let pair = start_pair("", &[]);
+    let mut c = TcpStream::connect(pair.edge_addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\nhello").as_bytes())
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    let body = loop {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "the tunnel ended early");
+        got.extend_from_slice(&buf[..n]);
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            if got.len() - (end + 4) >= DOWN {
+                break got.split_off(end + 4);
+            }
+        }
+    };
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    assert_eq!(body, pattern(DOWN, 3));
+    // The client resets the connection: both proxies end the tunnel as failed, and their
+    // records still count what it carried.
+    socket2::SockRef::from(&c)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let record = |log: String, method: &str| {
+        log.lines()
+            .find(|l| {
+                l.contains(&format!("method=\"{method}\"")) && l.contains(&origin.to_string())
+            })
+            .map(str::to_owned)
+    };
+    let (remote, edge) = loop {
+        let r = record(pair.remote.log_text(), "TUNNEL");
+        let e = record(pair.edge.log_text(), "CONNECT");
+        if let (Some(r), Some(e)) = (r, e) {
+            break (r, e);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no tunnel records\nremote:\n{}\nedge:\n{}",
+            pair.remote.log_text(),
+            pair.edge.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    for line in [&remote, &edge] {
+        assert!(line.contains("outcome=\"tunnel-failed\""), "{line}");
+        assert_eq!(field(line, "bytes_up"), Some(5), "{line}");
+        assert_eq!(field(line, "bytes_down"), Some(DOWN as u64), "{line}");
+    }
+}
+
+#[test]
 fn a_client_leaving_cancels_the_remote_fetch() {
     // The origin reads the request and never answers; it reports when the remote closes
     // the origin connection.

@@ -38,6 +38,7 @@ use tokio::sync::mpsc;
 use crate::errors::{chain, RemoteError, ResetReason};
 use crate::policy::{PolicyResolver, TargetPolicy};
 use app::access::{Access, Peer, StreamRef};
+use app::counted::Counted;
 
 /// Request body pieces buffered between the stream and hyper (each up to 64 KiB).
 pub const DEFAULT_BODY_CHANNEL: usize = 4;
@@ -180,19 +181,25 @@ async fn pump<S: FarStream>(
             return (0, 0, Some(format!("origin write: {e}")));
         }
     }
+    let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
     let res = tokio::io::copy_bidirectional_with_sizes(
-        &mut stream,
-        &mut origin,
+        &mut Counted::new(&mut stream, &down),
+        &mut Counted::new(&mut origin, &up),
         DEFAULT_TUNNEL_BUFFER,
         DEFAULT_TUNNEL_BUFFER,
     )
     .await;
+    // On a failure too, the record counts what was carried until then.
+    let carried = (
+        up.load(Ordering::Relaxed) + early.len() as u64,
+        down.load(Ordering::Relaxed),
+    );
     match res {
-        Ok((up, down)) => (up + early.len() as u64, down, None),
+        Ok(_) => (carried.0, carried.1, None),
         Err(e) => {
             stream.reset(ResetReason::Cancel);
             let _ = socket2::SockRef::from(&origin).set_linger(Some(Duration::ZERO));
-            (0, 0, Some(e.to_string()))
+            (carried.0, carried.1, Some(e.to_string()))
         }
     }
 }
@@ -600,18 +607,20 @@ async fn switched<S: FarStream>(
             return log_switched(id, method, target, started, 0, 0, Some(detail));
         }
     };
+    let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
     let res = tokio::io::copy_bidirectional_with_sizes(
-        &mut stream,
-        &mut origin,
+        &mut Counted::new(&mut stream, &down),
+        &mut Counted::new(&mut origin, &up),
         DEFAULT_TUNNEL_BUFFER,
         DEFAULT_TUNNEL_BUFFER,
     )
     .await;
+    let (up, down) = (up.load(Ordering::Relaxed), down.load(Ordering::Relaxed));
     match res {
-        Ok((up, down)) => log_switched(id, method, target, started, up, down, None),
+        Ok(_) => log_switched(id, method, target, started, up, down, None),
         Err(e) => {
             stream.reset(ResetReason::Cancel);
-            log_switched(id, method, target, started, 0, 0, Some(e.to_string()));
+            log_switched(id, method, target, started, up, down, Some(e.to_string()));
         }
     }
 }
