@@ -506,7 +506,7 @@ struct Transports {
 impl Transports {
     /// The configuration of a new connection and the traffic its streams report to.
     fn for_connection(&self) -> (Arc<TransportConfig>, Arc<Traffic>) {
-        let traffic = Arc::new(Traffic::default());
+        let traffic = Arc::new(Traffic::new(self.opts.link_rate_bps, self.opts.initial_rtt));
         let Some(rate) = &self.rate else {
             return (self.base.clone(), traffic);
         };

@@ -19,9 +19,9 @@
 //! own share and it sends nothing until its bytes in flight are below it. The pool then
 //! exceeds its window by at most that share for at most a round trip (without borrowing, a
 //! newcomer did the same), which the queueing-delay rule below answers if it persists. **Interactive before bulk**: a send direction that has carried [`BULK_BYTES`]
-//! is bulk; a connection with a bulk direction open and no interactive one (what its streams
-//! report through [`Traffic`]: a single large reply, for instance) is *bulk*; any other is
-//! *interactive*. While an interactive
+//! is bulk; a connection with a bulk direction open and no active interactive one (what its
+//! streams report through [`Traffic`]: a single large reply, for instance, or one beside a
+//! tunnel with nothing to send) is *bulk*; any other is *interactive*. While an interactive
 //! connection of the pool has data in flight (more than [`YIELD_DATAGRAMS`] datagrams, seen
 //! as it sends, not a round trip later), the bulk connections share [`BULK_YIELD`] of the
 //! rate and the interactive ones the rest, so a page's replies do not queue behind a
@@ -138,6 +138,11 @@ pub struct RateConfig {
     traffic: Option<Arc<Traffic>>,
 }
 
+/// `d` in nanoseconds, saturating.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// A pool's counts of its busy connections, shared by their controllers.
 #[derive(Debug)]
 struct Shares {
@@ -198,25 +203,111 @@ impl Shares {
 }
 
 /// What one connection's streams tell its controller: how many of its open send directions
-/// are interactive (fewer than [`BULK_BYTES`] written) and how many bulk. The connection is
-/// bulk while it has a bulk direction open and no interactive one; without any open direction
-/// (the tail of finished replies in flight, or nothing) it is interactive.
+/// are interactive (fewer than [`BULK_BYTES`] written) and how many bulk, and when its
+/// interactive directions last had bytes to send. The connection is bulk while it has a bulk
+/// direction open and no *active* interactive one; without any open direction (the tail of
+/// finished replies in flight, or nothing) it is interactive.
+///
+/// An interactive direction is active from its opening and for [`HOLD_ROUND_TRIPS`] round
+/// trips after its bytes written so far can have been sent at the connection's rate (each
+/// write pushes that moment back by its bytes ÷ the rate, as a virtual finish time does in
+/// fair queueing). One that stays open with nothing to send (an HTTPS tunnel between a
+/// page's levels, a keep-alive) no longer makes a download that shares its connection count
+/// as interactive: such a download took an interactive share of the link beside the page
+/// it should yield to. The round trips cover the gap between a page's levels (its next
+/// bytes follow its last by about one); the rate is the controller's share, or the link's
+/// until a controller reports one, so the estimate errs towards counting a direction active.
 ///
 /// It also carries what the parity socket (`crate::parity`) adds to the connection's sends:
 /// while they are protected with one parity per `group` datagrams, the controller sizes its
 /// window to `group / (group + 1)` of what it would (see [`Traffic::data_share`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Traffic {
     interactive: AtomicU32,
     bulk: AtomicU32,
     /// Datagrams per parity while the connection's sends are protected; 0 while they are not.
     parity_group: AtomicU32,
+    /// Origin of the nanosecond times below.
+    epoch: Instant,
+    /// When the interactive bytes written so far can have been sent (ns after `epoch`).
+    interactive_until: AtomicU64,
+    /// The rate they are sent at, bits per second (the controller's share, or the link's).
+    drain_bps: AtomicU64,
+    /// How long an interactive direction stays active after that (ns): [`HOLD_ROUND_TRIPS`]
+    /// round trips.
+    linger_ns: AtomicU64,
+}
+
+impl Default for Traffic {
+    /// The traffic of a connection on a link of [`mux::config::DEFAULT_RATE_BPS`] and
+    /// [`mux::config::DEFAULT_RTT`].
+    fn default() -> Self {
+        Traffic::new(mux::config::DEFAULT_RATE_BPS, mux::config::DEFAULT_RTT)
+    }
 }
 
 impl Traffic {
+    /// The traffic of a connection on a link of `link_bps` and round trip `rtt`, until its
+    /// controller says better ([`Traffic::set_pace`]).
+    pub fn new(link_bps: u64, rtt: Duration) -> Traffic {
+        Traffic {
+            interactive: AtomicU32::new(0),
+            bulk: AtomicU32::new(0),
+            parity_group: AtomicU32::new(0),
+            epoch: Instant::now(),
+            interactive_until: AtomicU64::new(0),
+            drain_bps: AtomicU64::new(link_bps.max(1)),
+            linger_ns: AtomicU64::new(nanos(rtt * HOLD_ROUND_TRIPS)),
+        }
+    }
+
     /// Whether the connection is bulk now.
     pub fn bulk(&self) -> bool {
-        self.interactive.load(Ordering::Relaxed) == 0 && self.bulk.load(Ordering::Relaxed) > 0
+        self.bulk_at(Instant::now())
+    }
+
+    /// Whether the connection is bulk at `now`: a bulk direction is open and no interactive
+    /// one is active (type doc).
+    pub fn bulk_at(&self, now: Instant) -> bool {
+        self.bulk.load(Ordering::Relaxed) > 0 && !self.interactive_active(now)
+    }
+
+    /// Whether an interactive direction is open and active at `now` (type doc).
+    pub fn interactive_active(&self, now: Instant) -> bool {
+        self.interactive.load(Ordering::Relaxed) > 0
+            && self.ns(now)
+                < self
+                    .interactive_until
+                    .load(Ordering::Relaxed)
+                    .saturating_add(self.linger_ns.load(Ordering::Relaxed))
+    }
+
+    /// The controller's share (`bps`, 0 leaves the rate as it is) and base RTT: the rate its
+    /// interactive bytes drain at and the round trips they stay active for.
+    pub fn set_pace(&self, bps: u64, rtt: Duration) {
+        if bps > 0 && self.drain_bps.load(Ordering::Relaxed) != bps {
+            self.drain_bps.store(bps, Ordering::Relaxed);
+        }
+        let linger = nanos(rtt * HOLD_ROUND_TRIPS);
+        if self.linger_ns.load(Ordering::Relaxed) != linger {
+            self.linger_ns.store(linger, Ordering::Relaxed);
+        }
+    }
+
+    /// An interactive direction was opened (`bytes` = 0) or had `bytes` written at `now`.
+    fn touch(&self, now: Instant, bytes: u64) {
+        let t = self.ns(now);
+        let drain = self.drain_bps.load(Ordering::Relaxed).max(1);
+        let takes = (u128::from(bytes) * 8_000_000_000 / u128::from(drain)) as u64;
+        let _ = self
+            .interactive_until
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                Some(u.max(t).saturating_add(takes))
+            });
+    }
+
+    fn ns(&self, now: Instant) -> u64 {
+        nanos(now.saturating_duration_since(self.epoch))
     }
 
     /// Records whether the connection's sends are protected now, with one parity per
@@ -254,26 +345,46 @@ impl Traffic {
 pub struct SendClass {
     traffic: Option<Arc<Traffic>>,
     bulk: bool,
+    /// Bytes written so far.
+    written: u64,
 }
 
 impl SendClass {
     /// A new send direction on the connection of `traffic`: interactive.
     pub fn open(traffic: Arc<Traffic>) -> SendClass {
+        SendClass::open_at(traffic, Instant::now())
+    }
+
+    /// [`SendClass::open`] at `now`.
+    pub fn open_at(traffic: Arc<Traffic>, now: Instant) -> SendClass {
         traffic.interactive.fetch_add(1, Ordering::Relaxed);
+        traffic.touch(now, 0);
         SendClass {
             traffic: Some(traffic),
             bulk: false,
+            written: 0,
         }
     }
 
     /// The direction has carried `total` bytes; true the first time that makes it bulk.
     pub fn wrote(&mut self, total: u64) -> bool {
+        self.wrote_at(total, Instant::now())
+    }
+
+    /// [`SendClass::wrote`] at `now`.
+    pub fn wrote_at(&mut self, total: u64, now: Instant) -> bool {
+        let bytes = total.saturating_sub(self.written);
+        self.written = self.written.max(total);
         match &self.traffic {
             Some(t) if !self.bulk && total >= BULK_BYTES => {
                 t.bulk.fetch_add(1, Ordering::Relaxed);
                 t.interactive.fetch_sub(1, Ordering::Relaxed);
                 self.bulk = true;
                 true
+            }
+            Some(t) if !self.bulk => {
+                t.touch(now, bytes);
+                false
             }
             _ => false,
         }
@@ -324,6 +435,7 @@ impl RateConfig {
             counted: None,
             sending: false,
             held: false,
+            clock: now,
             bulk_since: None,
             acked_in_flight: 0,
             sent_since_acks: 0,
@@ -385,6 +497,8 @@ pub struct Rate {
     sending: bool,
     /// Whether the bulk class was held back at the last event (`Shares::hold_until`).
     held: bool,
+    /// The time of the last event: the class ([`Rate::is_bulk`]) is judged at it.
+    clock: Instant,
     /// Since when (nanoseconds after the shares' epoch) this connection is bulk.
     bulk_since: Option<u64>,
     /// Bytes in flight at the last batch of acknowledgements.
@@ -408,9 +522,9 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// Whether the connection's traffic is bulk now (module doc).
+    /// Whether the connection's traffic is bulk at the last event (module doc).
     pub fn is_bulk(&self) -> bool {
-        self.traffic.as_ref().is_some_and(|t| t.bulk())
+        self.traffic.as_ref().is_some_and(|t| t.bulk_at(self.clock))
     }
 
     /// This connection's share of the provisioned rate, in bits per second: the rate divided
@@ -596,6 +710,7 @@ impl Rate {
 
     /// Loss (`lost_bytes` > 0) or an ECN mark (0) of packets up to one sent at `sent`.
     pub fn congestion(&mut self, now: Instant, sent: Instant, persistent: bool, lost_bytes: u64) {
+        self.clock = self.clock.max(now);
         // Lost bytes are no longer in flight, whatever the loss means for the window.
         let from_acked = lost_bytes.min(self.acked_in_flight);
         self.acked_in_flight -= from_acked;
@@ -644,6 +759,13 @@ impl Rate {
             self.counted = Some(bulk);
             self.shares.counter(bulk).fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(t) = &self.traffic {
+            // The rate its interactive bytes drain at: its share while interactive (while
+            // bulk, the share a newly active interactive direction would get is unknown;
+            // the last one stands).
+            let bps = if bulk { 0 } else { self.share_bps() };
+            t.set_pace(bps, self.base_rtt());
+        }
         self.update_sending(now, bulk);
     }
 
@@ -664,6 +786,7 @@ impl Rate {
     /// Only a connection that was bulk when the hold began is held: a download that turns
     /// bulk just after the first bytes of its own reply made a hold is not.
     fn refresh_hold(&mut self, now: Instant) {
+        self.clock = self.clock.max(now);
         let t = self.shares.nanos(now);
         if !self.is_bulk() {
             self.bulk_since = None;
@@ -1139,6 +1262,58 @@ mod tests {
         drop(a);
         assert_eq!(t.interactive(), 0, "ended once only");
         assert!(!t.bulk());
+    }
+
+    #[test]
+    fn a_download_beside_a_quiet_interactive_stream_yields_as_bulk() {
+        let now = Instant::now();
+        let cfg = RateConfig::new(RATE, BASE);
+        // Connection 0: a download, and a page's tunnel to one host packed beside it.
+        let mixed = Arc::new(Traffic::new(RATE, BASE));
+        let mut download = SendClass::open_at(mixed.clone(), now);
+        assert!(download.wrote_at(BULK_BYTES, now));
+        let mut tunnel = SendClass::open_at(mixed.clone(), now);
+        let mut m = cfg.for_connection(mixed.clone()).controller(now, 1200);
+        m.end_acks(now, cap(RATE, BASE));
+        assert!(!m.is_bulk(), "a tunnel that has just opened is active");
+        // The tunnel's replies, 125 kB: 100 ms at the link's rate, then two round trips.
+        assert!(!tunnel.wrote_at(125_000, now));
+        let quiet = now + 100 * MS + BASE * HOLD_ROUND_TRIPS;
+        assert!(!mixed.bulk_at(quiet - MS));
+        assert!(mixed.bulk_at(quiet + MS), "open, but nothing to send");
+        // Connection 1: the page's other host, sending. The download yields to it although
+        // the quiet tunnel is still open on its connection.
+        let page = Arc::new(Traffic::new(RATE, BASE));
+        let _reply = SendClass::open_at(page.clone(), now);
+        let mut p = cfg.for_connection(page).controller(now, 1200);
+        let t = quiet + MS;
+        for _ in 0..=YIELD_DATAGRAMS {
+            p.sent(t, 1200);
+        }
+        m.end_acks(t, cap(RATE, BASE));
+        assert!(m.is_bulk());
+        assert_eq!(m.share_bps(), (RATE as f64 * BULK_YIELD) as u64);
+        // The page's next level on the tunnel: the connection is interactive at once, and
+        // its share (split with the page's other connection) is the rate its bytes drain at.
+        let t = t + 50 * MS;
+        assert!(!tunnel.wrote_at(125_000 + 10_000, t));
+        m.end_acks(t, cap(RATE, BASE));
+        assert!(!m.is_bulk());
+        let share = m.share_bps();
+        assert!(share < RATE, "{share}");
+        assert_eq!(mixed.drain_bps.load(Ordering::Relaxed), share);
+        // Its 10 kB drain at the rate in force when written (the link's), 10 kB more at that
+        // share after them; then two round trips.
+        assert!(!tunnel.wrote_at(125_000 + 20_000, t));
+        let drains = Duration::from_nanos(10_000 * 8_000_000_000 / RATE)
+            + Duration::from_nanos(10_000 * 8_000_000_000 / share);
+        assert!(!mixed.bulk_at(t + drains + BASE * HOLD_ROUND_TRIPS - MS));
+        assert!(mixed.bulk_at(t + drains + BASE * HOLD_ROUND_TRIPS + MS));
+        // The tunnel ends: the download alone is bulk whenever.
+        tunnel.end();
+        assert!(mixed.bulk_at(t));
+        download.end();
+        assert!(!mixed.bulk_at(t), "nothing open");
     }
 
     /// A pool with one bulk connection (a download) and one interactive one (a page).
