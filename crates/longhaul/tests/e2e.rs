@@ -630,6 +630,34 @@ fn field(line: &str, key: &str) -> Option<u64> {
         .ok()
 }
 
+/// The first line of the remote's log that `remote` accepts and of the edge's that `edge`
+/// accepts, waiting up to 10 s for both (`what` names them in the failure).
+fn access_records(
+    pair: &Pair,
+    what: &str,
+    remote: impl Fn(&str) -> bool,
+    edge: impl Fn(&str) -> bool,
+) -> (String, String) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first =
+        |log: String, f: &dyn Fn(&str) -> bool| log.lines().find(|l| f(l)).map(str::to_owned);
+    loop {
+        if let (Some(r), Some(e)) = (
+            first(pair.remote.log_text(), &remote),
+            first(pair.edge.log_text(), &edge),
+        ) {
+            return (r, e);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {what} records\nremote:\n{}\nedge:\n{}",
+            pair.remote.log_text(),
+            pair.edge.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_reply_cut_part_way_is_logged_with_its_status_and_the_bytes_sent() {
     // The origin promises 10 MB, sends 100 KB, then closes.
@@ -663,24 +691,8 @@ fn a_reply_cut_part_way_is_logged_with_its_status_and_the_bytes_sent() {
         &pattern(100_000, 1)[..],
         "the origin's bytes were lost"
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let cut = |log: String| {
-        log.lines()
-            .find(|l| l.contains("reply-cut"))
-            .map(str::to_owned)
-    };
-    let (remote, edge) = loop {
-        if let (Some(r), Some(e)) = (cut(pair.remote.log_text()), cut(pair.edge.log_text())) {
-            break (r, e);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no reply-cut records\nremote:\n{}\nedge:\n{}",
-            pair.remote.log_text(),
-            pair.edge.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let cut = |l: &str| l.contains("reply-cut");
+    let (remote, edge) = access_records(&pair, "reply-cut", cut, cut);
     // The remote sent the head and every byte the origin gave it.
     assert_eq!(field(&remote, "status"), Some(200), "{remote}");
     assert_eq!(field(&remote, "bytes_down"), Some(100_000), "{remote}");
@@ -732,28 +744,13 @@ fn a_tunnel_the_client_resets_is_logged_with_the_bytes_it_carried() {
         .set_linger(Some(Duration::ZERO))
         .unwrap();
     drop(c);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let record = |log: String, method: &str| {
-        log.lines()
-            .find(|l| {
-                l.contains(&format!("method=\"{method}\"")) && l.contains(&origin.to_string())
-            })
-            .map(str::to_owned)
-    };
-    let (remote, edge) = loop {
-        let r = record(pair.remote.log_text(), "TUNNEL");
-        let e = record(pair.edge.log_text(), "CONNECT");
-        if let (Some(r), Some(e)) = (r, e) {
-            break (r, e);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no tunnel records\nremote:\n{}\nedge:\n{}",
-            pair.remote.log_text(),
-            pair.edge.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let target = origin.to_string();
+    let (remote, edge) = access_records(
+        &pair,
+        "tunnel",
+        |l| l.contains("method=\"TUNNEL\"") && l.contains(&target),
+        |l| l.contains("method=\"CONNECT\"") && l.contains(&target),
+    );
     for line in [&remote, &edge] {
         assert!(line.contains("outcome=\"tunnel-failed\""), "{line}");
         assert_eq!(field(line, "bytes_up"), Some(5), "{line}");
