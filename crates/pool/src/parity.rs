@@ -185,12 +185,17 @@ pub struct ParityPeer {
 impl ParityPeer {
     /// Whether sends to the peer are protected now (mode, loss and traffic; not the meter).
     pub fn protecting(&self, mode: ParityMode) -> bool {
+        self.protecting_at(mode, Instant::now())
+    }
+
+    /// [`ParityPeer::protecting`] at `now`.
+    pub fn protecting_at(&self, mode: ParityMode, now: Instant) -> bool {
         let wanted = match mode {
             ParityMode::Off => false,
             ParityMode::Auto => self.lossy.load(Ordering::Relaxed),
             ParityMode::Always => true,
         };
-        wanted && !self.traffic.bulk()
+        wanted && !self.traffic.bulk_at(now)
     }
 
     /// Whether its connection carries only bulk transfers now.
@@ -372,13 +377,13 @@ impl AsyncUdpSocket for ParitySocket {
             // transfer beside them yields to them already, `crate::rate`). The meter's lock is
             // only ever taken under this one.
             let registered = st.peers.get(&t.destination);
-            let peer = registered.filter(|p| !p.traffic.bulk());
+            let peer = registered.filter(|p| !p.traffic.bulk_at(now));
             let busy = peer.is_some() && {
                 let mut m = self.shared.meter.lock().unwrap_or_else(|p| p.into_inner());
                 m.record(now, t.contents.len() as u64 + UDP_OVERHEAD * count);
                 m.rate_bps(now) as f64 >= BUSY_SHARE * self.shared.link_bps as f64
             };
-            let wanted = peer.filter(|p| p.protecting(mode));
+            let wanted = peer.filter(|p| p.protecting_at(mode, now));
             if let Some(p) = wanted.filter(|_| busy) {
                 p.held.fetch_add(count, Ordering::Relaxed);
             }
