@@ -182,7 +182,7 @@ impl Shares {
     }
 
     fn nanos(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.epoch).as_nanos() as u64
+        nanos(t.saturating_duration_since(self.epoch))
     }
 
     fn in_flight(&self, bulk: bool) -> &AtomicU64 {
