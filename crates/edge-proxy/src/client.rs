@@ -26,7 +26,7 @@
 //! It does NOT know about the pool: streams come from a [`Transport`].
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -386,6 +386,8 @@ struct ReplyJob<S> {
     page_start: Instant,
     /// Request body bytes uploaded so far (set by the reader, logged by the writer).
     uploaded: Arc<AtomicU64>,
+    /// What of the reply reached the client so far (set by the relay).
+    progress: Arc<ReplyProgress>,
     /// Fires (with the reason) if the request body's framing turned out invalid; dropped
     /// unfired when the body was fine. Then the request is answered 400 unless its reply has
     /// started, and the connection closes after it.
@@ -436,9 +438,24 @@ struct Unlogged {
     method: String,
     log_target: String,
     uploaded: Arc<AtomicU64>,
+    /// The reply's head and body bytes the client got before the connection ended.
+    progress: Arc<ReplyProgress>,
     started: Instant,
     /// Why the connection ended, set before the writer is dropped.
     cause: Arc<OnceLock<Ending>>,
+}
+
+/// How far a reply's relay got, readable after the relay was abandoned: when the client's
+/// connection fails mid-reply, the writer (and the relay in it) is dropped, and the request's
+/// record still says which status the client got and how much of the body.
+#[derive(Debug, Default)]
+struct ReplyProgress {
+    /// Set before the first byte of a reply (an interim `1xx` included) is written.
+    started: AtomicBool,
+    /// The final reply head's status once written to the client; 0 before.
+    status: AtomicU16,
+    /// Body bytes written to the client (framing not counted).
+    body: AtomicU64,
 }
 
 impl Drop for Unlogged {
@@ -451,7 +468,9 @@ impl Drop for Unlogged {
             None => ("shutdown", SHUTDOWN_DETAIL),
         };
         Access {
+            status: self.progress.status.load(Ordering::Relaxed),
             bytes_up: self.uploaded.load(Ordering::Relaxed),
+            bytes_down: self.progress.body.load(Ordering::Relaxed),
             outcome,
             detail: detail.into(),
             ..Access::new(
@@ -869,6 +888,7 @@ async fn read_requests<T: Transport, R: AsyncRead + Unpin + Send>(
         };
         let (srd, mut swr) = tokio::io::split(stream);
         let uploaded = Arc::new(AtomicU64::new(0));
+        let progress = Arc::new(ReplyProgress::default());
         let upgrade = prep.upgrade;
         let (continue_tx, continue_rx) = if prep.expect_continue && !whole {
             let (a, b) = oneshot::channel();
@@ -893,6 +913,7 @@ async fn read_requests<T: Transport, R: AsyncRead + Unpin + Send>(
             retry: (whole && !upgrade && idempotent(&head.method)).then_some(first),
             page_start,
             uploaded: uploaded.clone(),
+            progress: progress.clone(),
             bad_body,
             started,
             unlogged: Unlogged {
@@ -901,6 +922,7 @@ async fn read_requests<T: Transport, R: AsyncRead + Unpin + Send>(
                 method: head.method.clone(),
                 log_target: head.target.clone(),
                 uploaded: uploaded.clone(),
+                progress,
                 started,
                 cause: cause.clone(),
             },
@@ -1096,11 +1118,11 @@ where
                     close: job.close,
                     upgrade: false,
                 };
-                let started_reply = std::sync::atomic::AtomicBool::new(false);
+                let progress = job.progress.clone();
                 let mut result = match job.bad_body.take() {
-                    None => relay(ctx, &mut stream, &mut wr, &info, &started_reply).await,
+                    None => relay(ctx, &mut stream, &mut wr, &info, &progress).await,
                     Some(mut bad_body) => {
-                        let fut = relay(ctx, &mut stream, &mut wr, &info, &started_reply);
+                        let fut = relay(ctx, &mut stream, &mut wr, &info, &progress);
                         tokio::pin!(fut);
                         let early = tokio::select! {
                             biased;
@@ -1111,7 +1133,7 @@ where
                             Ok(r) => r,
                             // The reply has started: it is relayed whole; the connection ends
                             // after it because the reader stopped.
-                            Err(_) if started_reply.load(Ordering::Relaxed) => fut.await,
+                            Err(_) if progress.started.load(Ordering::Relaxed) => fut.await,
                             Err(why) => Err(RelayError::Before(EdgeError::BadRequest(why), None)),
                         }
                     }
@@ -1136,7 +1158,7 @@ where
                                 Ok(s) => {
                                     let (mut srd, mut swr) = tokio::io::split(s);
                                     let _ = swr.shutdown().await;
-                                    relay(ctx, &mut srd, &mut wr, &info, &started_reply).await
+                                    relay(ctx, &mut srd, &mut wr, &info, &progress).await
                                 }
                                 Err(e) => Err(RelayError::Before(EdgeError::from_open(e), None)),
                             };
@@ -1225,8 +1247,8 @@ async fn upgrade<T, R, W>(
         close: true,
         upgrade: true,
     };
-    let started = std::sync::atomic::AtomicBool::new(false);
-    let result = relay(ctx, &mut job.stream, &mut wr, &info, &started).await;
+    let progress = job.progress.clone();
+    let result = relay(ctx, &mut job.stream, &mut wr, &info, &progress).await;
     job.unlogged.armed = false;
     let log =
         |status: u16, up: u64, down: u64, ttfb: Option<Instant>, outcome: &str, detail: &str| {
@@ -1344,14 +1366,14 @@ pub(crate) async fn read_far_head<T: Transport, R: AsyncRead + Unpin>(
     }
 }
 
-/// Relays one reply from `srd` to the client. `started` becomes true before the first reply
-/// byte is written to the client.
+/// Relays one reply from `srd` to the client, recording in `progress` how far it got
+/// (`started` becomes true before the first reply byte is written to the client).
 async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     ctx: &Ctx<T>,
     srd: &mut R,
     wr: &mut W,
     job: &ReplyInfo,
-    started: &std::sync::atomic::AtomicBool,
+    progress: &ReplyProgress,
 ) -> Result<Relayed, RelayError> {
     let mut sbuf = BytesMut::with_capacity(16 * 1024);
     let head = loop {
@@ -1374,7 +1396,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     minor: 1,
                     headers,
                 };
-                started.store(true, Ordering::Relaxed);
+                progress.started.store(true, Ordering::Relaxed);
                 wr.write_all(&http1::encode_response_head(&out))
                     .await
                     .map_err(|e| {
@@ -1401,7 +1423,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 if job.client_minor >= 1 {
                     let mut h = head;
                     http1::strip_hop_by_hop(&mut h.headers);
-                    started.store(true, Ordering::Relaxed);
+                    progress.started.store(true, Ordering::Relaxed);
                     if wr
                         .write_all(&http1::encode_response_head(&h))
                         .await
@@ -1448,18 +1470,19 @@ async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         minor: 1,
         headers,
     };
-    started.store(true, Ordering::Relaxed);
+    progress.started.store(true, Ordering::Relaxed);
     wr.write_all(&http1::encode_response_head(&out_head))
         .await
         .map_err(|e| RelayError::After(format!("client write failed: {e}"), Cut::default()))?;
+    progress.status.store(out_head.status, Ordering::Relaxed);
     let head_at = Instant::now();
-    let mut written = 0;
-    let bytes = match http1::copy_body_counted(kind, srd, &mut sbuf, wr, out, &mut written).await {
+    let bytes = match http1::copy_body_counted(kind, srd, &mut sbuf, wr, out, &progress.body).await
+    {
         Ok(n) => n,
         Err(e) => {
             let cut = Cut {
                 status: out_head.status,
-                bytes: written,
+                bytes: progress.body.load(Ordering::Relaxed),
             };
             return Err(match &e {
                 CopyError::Read(io) => {

@@ -479,17 +479,10 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
     let mut down = 0;
     if !empty {
         let mut w = H2Send::new(send, Reason::INTERNAL_ERROR);
-        let mut written = 0;
-        down = match http1::copy_body_counted(
-            kind,
-            srd,
-            &mut sbuf,
-            &mut w,
-            OutFraming::Raw,
-            &mut written,
-        )
-        .await
-        {
+        let written = std::sync::atomic::AtomicU64::new(0);
+        let copy =
+            http1::copy_body_counted(kind, srd, &mut sbuf, &mut w, OutFraming::Raw, &written);
+        down = match copy.await {
             Ok(n) => n,
             Err(e) => {
                 w.abort();
@@ -504,7 +497,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
                 return Err(RelayError::After(
                     format!("reply cut: {why}"),
                     status,
-                    written,
+                    written.into_inner(),
                 ));
             }
         };

@@ -931,20 +931,19 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut written = 0;
-    copy_body_counted(kind, r, buf, w, out, &mut written).await
+    copy_body_counted(kind, r, buf, w, out, &std::sync::atomic::AtomicU64::new(0)).await
 }
 
 /// [`copy_body`] that adds the body bytes written to `w` so far to `written` as it goes, so a
-/// caller whose copy failed part way knows how much of the body went out (framing not
-/// counted).
+/// caller whose copy failed part way, or that is abandoned mid-way (another task reads the
+/// counter), knows how much of the body went out (framing not counted).
 pub async fn copy_body_counted<R, W>(
     kind: BodyKind,
     r: &mut R,
     buf: &mut BytesMut,
     w: &mut W,
     out: OutFraming,
-    written: &mut u64,
+    written: &std::sync::atomic::AtomicU64,
 ) -> Result<u64, CopyError>
 where
     R: AsyncRead + Unpin,
@@ -954,7 +953,7 @@ where
     while let Some(piece) = dec.next(r, buf).await? {
         let n = piece.len() as u64;
         write_piece(w, out, piece).await?;
-        *written += n;
+        written.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
     let total = dec.total;
     if out == OutFraming::Chunked {
@@ -1270,17 +1269,18 @@ mod tests {
         // Two chunks arrive, the third is cut: the first two (8 body bytes) were written.
         let mut r = &b"3\r\nabc\r\n5\r\ndefgh\r\n9\r\nijk"[..];
         let mut out = Vec::new();
-        let mut written = 0;
+        let counter = std::sync::atomic::AtomicU64::new(0);
         let e = copy_body_counted(
             BodyKind::Chunked,
             &mut r,
             &mut BytesMut::new(),
             &mut out,
             OutFraming::Raw,
-            &mut written,
+            &counter,
         )
         .await
         .unwrap_err();
+        let written = counter.into_inner();
         assert!(matches!(e, CopyError::Read(_)));
         assert_eq!(written, out.len() as u64);
         assert!((8..=11).contains(&written), "{written}");

@@ -759,6 +759,62 @@ fn a_tunnel_the_client_resets_is_logged_with_the_bytes_it_carried() {
 }
 
 #[test]
+fn a_reply_the_client_resets_is_logged_with_its_status_and_the_bytes_it_got() {
+    // The origin promises 10 MB, sends 1 MB, then holds the connection open.
+    const DOWN: usize = 1_000_000;
+    let origin = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10485760\r\n\r\n");
+        let _ = s.write_all(&pattern(DOWN, 4));
+        std::thread::sleep(Duration::from_secs(20));
+    });
+    let pair = start_pair("", &[]);
+    let mut c = TcpStream::connect(pair.edge_addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(format!("GET http://{origin}/big HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    let body = loop {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "the reply ended early");
+        got.extend_from_slice(&buf[..n]);
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            if got.len() - (end + 4) >= DOWN {
+                break got.split_off(end + 4);
+            }
+        }
+    };
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    assert_eq!(body, pattern(DOWN, 4));
+    // The client resets its connection mid-body: the edge's record keeps the status the
+    // client got and the body bytes it was sent (it logged 0 and 0 when the reply was
+    // abandoned with the connection).
+    socket2::SockRef::from(&c)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(c);
+    let (remote_target, edge_target) = (
+        format!("target=\"{origin}\""),
+        format!("target=\"http://{origin}/big\""),
+    );
+    let (remote, edge) = access_records(
+        &pair,
+        "abandoned reply",
+        |l| l.contains("access") && l.contains(&remote_target),
+        |l| l.contains("access") && l.contains(&edge_target),
+    );
+    assert!(edge.contains("outcome=\"client-aborted\""), "{edge}");
+    for line in [&remote, &edge] {
+        assert_eq!(field(line, "status"), Some(200), "{line}");
+        assert_eq!(field(line, "bytes_down"), Some(DOWN as u64), "{line}");
+    }
+    // The remote says why it stopped: the edge cancelled the stream.
+    assert!(remote.contains("outcome=\"reply-cut\""), "{remote}");
+    assert!(remote.contains("client went away"), "{remote}");
+}
+
+#[test]
 fn a_client_leaving_cancels_the_remote_fetch() {
     // The origin reads the request and never answers; it reports when the remote closes
     // the origin connection.
