@@ -35,7 +35,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
@@ -188,8 +188,10 @@ async fn stream<T: Transport>(
     }
     let method = req.method().as_str().to_string();
     let target = req.uri().to_string();
+    let result = request(&ctx, req, respond, page_start).await;
+    // Built once the request is over: the record's duration runs to now.
     let record = Access::new(Peer::Client(peer), &method, &target, started);
-    match request(&ctx, req, respond, page_start).await {
+    match result {
         Ok(o) => Access {
             status: o.status,
             bytes_up: o.up,
@@ -283,7 +285,15 @@ async fn request<T: Transport>(
         // Answered by the edge (`Max-Forwards: 0`): the request body is not needed.
         drop(body);
         let mut reader = &local[..];
-        return match relay(ctx, &mut reader, &method, &mut respond).await {
+        return match relay(
+            ctx,
+            &mut reader,
+            &method,
+            &mut respond,
+            &Progress::default(),
+        )
+        .await
+        {
             Ok(mut o) => {
                 o.outcome = "answered-by-proxy".into();
                 o.detail = "Max-Forwards: 0".into();
@@ -327,8 +337,9 @@ async fn request<T: Transport>(
         swr.shutdown().await.map_err(CopyError::Write)?;
         Ok::<u64, CopyError>(n)
     };
+    let progress = Progress::default();
     let (result, up) = {
-        let reply = relay(ctx, &mut srd, &method, &mut respond);
+        let reply = relay(ctx, &mut srd, &method, &mut respond, &progress);
         tokio::pin!(upload, reply);
         let mut up = None;
         loop {
@@ -341,7 +352,11 @@ async fn request<T: Transport>(
                         return Ok(Outcome {
                             outcome: "client-aborted".into(),
                             detail: format!("request body: {e}"),
-                            ..cut(String::new(), 0, 0)
+                            ..cut(
+                                String::new(),
+                                progress.status.load(Ordering::Relaxed),
+                                progress.down.load(Ordering::Relaxed),
+                            )
                         })
                     }
                     // The pool stream failed: its reply half says why.
@@ -368,7 +383,7 @@ async fn request<T: Transport>(
                 Ok(s) => {
                     let (mut srd, mut swr) = client::split(s);
                     let _ = swr.shutdown().await;
-                    relay(ctx, &mut srd, &method, &mut respond).await
+                    relay(ctx, &mut srd, &method, &mut respond, &progress).await
                 }
                 Err(e) => Err(RelayError::Before(EdgeError::from_open(e), None)),
             }
@@ -457,12 +472,22 @@ fn h2_head(head: ResponseHead, kind: BodyKind) -> Result<Response<()>, EdgeError
         .map_err(|e| EdgeError::BadReply(format!("reply head: {e}")))
 }
 
-/// Relays one reply from `srd` to the client's stream.
+/// How far a reply's relay got, readable when the relay is abandoned (the request's upload
+/// failed while the reply was under way): the status sent (0: none) and the body bytes.
+#[derive(Debug, Default)]
+struct Progress {
+    status: AtomicU16,
+    down: AtomicU64,
+}
+
+/// Relays one reply from `srd` to the client's stream, recording in `progress` how far it
+/// got.
 async fn relay<T: Transport, R: AsyncRead + Unpin>(
     ctx: &Ctx<T>,
     srd: &mut R,
     method: &str,
     respond: &mut SendResponse<Bytes>,
+    progress: &Progress,
 ) -> Result<Outcome, RelayError> {
     let mut sbuf = BytesMut::with_capacity(SEND_CHUNK);
     let head = reply_head(ctx, srd, &mut sbuf).await?;
@@ -475,13 +500,13 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
     let send = respond
         .send_response(out, empty)
         .map_err(|e| RelayError::After(format!("client stream: {e}"), 0, 0))?;
+    progress.status.store(status, Ordering::Relaxed);
     let head_at = Instant::now();
     let mut down = 0;
     if !empty {
         let mut w = H2Send::new(send, Reason::INTERNAL_ERROR);
-        let written = std::sync::atomic::AtomicU64::new(0);
-        let copy =
-            http1::copy_body_counted(kind, srd, &mut sbuf, &mut w, OutFraming::Raw, &written);
+        let written = &progress.down;
+        let copy = http1::copy_body_counted(kind, srd, &mut sbuf, &mut w, OutFraming::Raw, written);
         down = match copy.await {
             Ok(n) => n,
             Err(e) => {
@@ -497,7 +522,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
                 return Err(RelayError::After(
                     format!("reply cut: {why}"),
                     status,
-                    written.into_inner(),
+                    written.load(Ordering::Relaxed),
                 ));
             }
         };
@@ -584,7 +609,14 @@ async fn connect<T: Transport>(
                 let mut prefix = http1::encode_response_head(&head);
                 prefix.extend_from_slice(&sbuf);
                 let mut reader = tokio::io::AsyncReadExt::chain(&prefix[..], srd);
-                let _ = relay(ctx, &mut reader, "CONNECT", &mut respond).await;
+                let _ = relay(
+                    ctx,
+                    &mut reader,
+                    "CONNECT",
+                    &mut respond,
+                    &Progress::default(),
+                )
+                .await;
                 Access {
                     status,
                     outcome: "refused-by-far-side",

@@ -609,3 +609,76 @@ fn a_slow_h2_reader_holds_the_reply_back() {
         driver.abort();
     });
 }
+
+#[test]
+fn an_h2_request_reset_mid_reply_is_logged_with_its_status_bytes_and_duration() {
+    use std::io::{Read, Write};
+    // The origin answers at once (10 MB promised, 1 MB sent) while the request body is still
+    // coming, then reads on.
+    const DOWN: usize = 1_000_000;
+    let origin = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10485760\r\n\r\n");
+        let _ = s.write_all(&vec![5u8; DOWN]);
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    });
+    let (pair, https, keys) = https_pair();
+    let proxy_ca = keys.ca();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let tls = tls_to(https, &proxy_ca, b"h2").await;
+        let (client, conn) = h2::client::handshake(tls).await.unwrap();
+        let driver = tokio::spawn(conn);
+        let mut client = client.ready().await.unwrap();
+        let req = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(format!("http://{origin}/upload"))
+            .body(())
+            .unwrap();
+        // A body without a length, not ended: the upload goes on while the reply comes.
+        let (resp, mut send) = client.send_request(req, false).unwrap();
+        send.send_data(bytes::Bytes::from_static(b"first part"), false)
+            .unwrap();
+        let resp = resp.await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        let mut got = 0;
+        while got < DOWN {
+            let chunk = body.data().await.unwrap().unwrap();
+            got += chunk.len();
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        assert_eq!(got, DOWN);
+        // The client gives up on the request mid-reply, 300 ms on.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        send.send_reset(h2::Reason::CANCEL);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        driver.abort();
+    });
+    let target = format!("target=\"http://{origin}/upload\"");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let log = pair.edge.log_text();
+        if let Some(l) = log
+            .lines()
+            .find(|l| l.contains("access") && l.contains(&target))
+        {
+            break l.to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "no record:\n{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The record keeps the status the client got and the body bytes it was sent (it said 0
+    // and 0 when the reset ended the upload first).
+    assert!(line.contains("status=200 "), "{line}");
+    assert!(line.contains(&format!("bytes_down={DOWN} ")), "{line}");
+    // Its duration runs to the reset (it was taken before the request ran, 0 ms).
+    let ms: u64 = line
+        .split(" ms=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no ms: {line}"));
+    assert!(ms >= 300, "{line}");
+}
