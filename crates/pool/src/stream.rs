@@ -36,6 +36,8 @@ enum Repr {
 struct MuxRepr {
     shared: Arc<Shared>,
     id: u64,
+    /// Our direction's lane was logged (at debug level, once, when its first bytes bound it).
+    bound: bool,
 }
 
 impl std::fmt::Debug for MuxStream {
@@ -47,7 +49,11 @@ impl std::fmt::Debug for MuxStream {
 impl MuxStream {
     pub(crate) fn new(shared: Arc<Shared>, id: u64) -> Self {
         MuxStream {
-            repr: Repr::Mux(MuxRepr { shared, id }),
+            repr: Repr::Mux(MuxRepr {
+                shared,
+                id,
+                bound: false,
+            }),
         }
     }
 
@@ -270,12 +276,28 @@ impl AsyncWrite for MuxStream {
             Repr::Mux(m) => m,
         };
         let id = m.id;
+        let bound = &mut m.bound;
         m.shared.op(|i| match i.session.send(id, buf) {
             Ok(0) => {
                 i.wakers.entry(id).or_default().write = Some(cx.waker().clone());
                 Poll::Pending
             }
-            Ok(n) => Poll::Ready(Ok(n)),
+            Ok(n) => {
+                if !*bound {
+                    // Which lane a direction took, for reading one load end to end (the
+                    // policy's choice is not otherwise visible).
+                    if let Some(s) = i.session.stream(id).filter(|s| s.send_conn.is_some()) {
+                        *bound = true;
+                        tracing::debug!(
+                            stream = id,
+                            conn = s.send_conn.map(|c| c.0),
+                            peer_conn = s.recv_conn.map(|c| c.0),
+                            "stream direction bound"
+                        );
+                    }
+                }
+                Poll::Ready(Ok(n))
+            }
             Err(e) => Poll::Ready(Err(to_io(e, id))),
         })
     }
