@@ -17,7 +17,8 @@
 //!   idle connection is therefore never ranked below its busy peers for lack of
 //!   traffic: it takes the next binding, sends, and gets a fresh sample.
 //! - [`Policy::LeastOutstanding`] (the default, seed 001's): the fewest outstanding
-//!   bytes, weighed against the congestion window when every window is known. It stays
+//!   bytes, weighed against the congestion window when every window is known, among the
+//!   connections without a bulk transfer when there are any ([`Policy::choose`]). It stays
 //!   the default: in the virtual-time model of a lossy long link (`tests/fill.rs`)
 //!   expected completion spreads the load over every connection but carries about as
 //!   much, not more, and the test bed has not measured it yet.
@@ -217,7 +218,28 @@ impl Policy {
     /// Picks an index into `loads` (the usable connections, in a stable order);
     /// `None` if there are none. `cursor` is the round-robin position, advanced
     /// by `RoundRobin` only.
+    ///
+    /// Least-outstanding and expected-completion choose among the connections without a
+    /// bulk transfer ([`Load::bulk`]) when there are some: a connection carrying a download
+    /// is held back while a page's bytes are in flight elsewhere (the TCP driver caps its
+    /// pacing rate, QUIC's `rate` shrinks its window), and a held connection's bytes in
+    /// flight are few while its congestion window is still the download's, so by its load
+    /// alone it looks like the best place for a page's next reply, which would then leave
+    /// at the held rate.
     pub fn choose(self, loads: &[Load], cursor: &mut usize) -> Option<usize> {
+        let spare_bulk = matches!(self, Policy::LeastOutstanding | Policy::ExpectedCompletion)
+            && loads.iter().any(|l| l.bulk)
+            && loads.iter().any(|l| !l.bulk);
+        if spare_bulk {
+            let light: Vec<usize> = (0..loads.len()).filter(|&i| !loads[i].bulk).collect();
+            let sub: Vec<Load> = light.iter().map(|&i| loads[i]).collect();
+            return self.choose_among(&sub, cursor).map(|i| light[i]);
+        }
+        self.choose_among(loads, cursor)
+    }
+
+    /// [`Policy::choose`] over every candidate.
+    fn choose_among(self, loads: &[Load], cursor: &mut usize) -> Option<usize> {
         if loads.is_empty() {
             return None;
         }
@@ -240,7 +262,7 @@ impl Policy {
                         )
                     })
                     .map(|(i, _)| i),
-                None => Policy::LeastOutstanding.choose(loads, cursor),
+                None => Policy::LeastOutstanding.choose_among(loads, cursor),
             },
             Policy::LeastOutstanding if loads.iter().all(|l| l.window > 0) => loads
                 .iter()
@@ -268,7 +290,7 @@ impl Policy {
             Policy::Pack => loads
                 .iter()
                 .position(|l| !l.bulk)
-                .or_else(|| Policy::LeastOutstanding.choose(loads, cursor)),
+                .or_else(|| Policy::LeastOutstanding.choose_among(loads, cursor)),
         }
     }
 }
@@ -432,6 +454,48 @@ mod tests {
                 Policy::LeastOutstanding.choose(&loads, &mut b)
             );
         }
+    }
+
+    #[test]
+    fn a_connection_carrying_a_download_takes_a_new_binding_only_when_all_do() {
+        // A download's TCP lane held back while a page loads elsewhere: few bytes in flight
+        // (paced at a fraction of its rate), the download's large window. By load alone it
+        // has the most window left; the idle lane with a smaller window is where the page's
+        // next reply leaves at once.
+        let held = Load {
+            bulk: true,
+            ..w(60_000, 1, 1_200_000)
+        };
+        let idle = w(0, 0, 200_000);
+        let busy_page = w(150_000, 3, 400_000);
+        let mut c = 0;
+        for policy in [Policy::LeastOutstanding, Policy::ExpectedCompletion] {
+            assert_eq!(policy.choose(&[held, idle], &mut c), Some(1), "{policy}");
+            assert_eq!(
+                policy.choose(&[busy_page, held], &mut c),
+                Some(0),
+                "{policy}"
+            );
+            // Every connection carries one: chosen by load among all.
+            let other = Load {
+                bulk: true,
+                ..w(900_000, 1, 1_000_000)
+            };
+            assert_eq!(policy.choose(&[other, held], &mut c), Some(1), "{policy}");
+        }
+        // Without the bulk mark the held lane would win: the trap this avoids.
+        let unmarked = Load {
+            bulk: false,
+            ..held
+        };
+        assert_eq!(
+            Policy::LeastOutstanding.choose(&[unmarked, idle], &mut c),
+            Some(0)
+        );
+        // The baselines ignore the mark.
+        assert_eq!(Policy::FewestStreams.choose(&[idle, held], &mut c), Some(0));
+        let mut rr = 0;
+        assert_eq!(Policy::RoundRobin.choose(&[held, idle], &mut rr), Some(0));
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //! Interactive before bulk across lanes: while another lane carries a page's unacknowledged
 //! bytes, a lane whose unacknowledged bytes are all bulk ([`mux::Session::lane_is_bulk`]) is
 //! paced down to [`BULK_YIELD`] of its delivery rate (`SO_MAX_PACING_RATE`), and released
-//! [`HOLD_ROUND_TRIPS`] minimum RTTs after that stops, as the QUIC carrier's `rate` controller
-//! does for its connections (`crate::rate`); within a lane the session sends interactive
-//! directions first.
+//! [`HOLD_ROUND_TRIPS`] minimum RTTs after that stops (at once when the lane gets interactive
+//! bytes of its own: they are not to leave at the held rate), as the QUIC carrier's `rate`
+//! controller does for its connections (`crate::rate`); within a lane the session sends
+//! interactive directions first.
 //!
 //! What it does NOT do: decide placement (the session's policy does) or pace otherwise (the
 //! kernel's congestion controller does).
@@ -125,19 +126,20 @@ async fn writer(
     let mut hold = Hold::default();
     loop {
         buf.clear();
-        let (close, deadline, held) = shared.op(|i| {
+        let (close, deadline, held, own) = shared.op(|i| {
             let t = now();
             if i.session.poll_timeout().is_some_and(|d| d <= t) {
                 i.session.handle_timeout(t);
             }
             let held = i.session.lane_is_bulk(conn) && i.session.interactive_lanes() > 0;
+            let own = i.session.lane_is_interactive(conn);
             i.session.poll_transmit(conn, DEFAULT_WRITE_CHUNK, &mut buf);
             // Closing: the GOAWAY is in `buf`. Shutting down (after the
             // grace period): this last chunk goes, the rest is abandoned.
             let close = i.session.wants_close(conn) || i.shutting_down;
-            (close, i.session.poll_timeout(), held)
+            (close, i.session.poll_timeout(), held, own)
         });
-        hold.update(held, conn, probe);
+        hold.update(held, own, conn, probe);
         if !buf.is_empty() {
             wr.write_all(&buf).await?;
             // A TLS carrier may keep the last records in its buffer when the socket
@@ -189,8 +191,10 @@ struct Hold {
 }
 
 impl Hold {
-    /// `want`: the session says this lane is bulk while another carries interactive bytes.
-    fn update(&mut self, want: bool, conn: ConnId, probe: &dyn Probe) {
+    /// `want`: the session says this lane is bulk while another carries interactive bytes;
+    /// `own`: this lane carries interactive bytes itself, which are not held back, so the
+    /// cap goes at once rather than [`HOLD_ROUND_TRIPS`] later.
+    fn update(&mut self, want: bool, own: bool, conn: ConnId, probe: &dyn Probe) {
         let t = now();
         if want {
             let info = probe.tcp_info();
@@ -209,7 +213,7 @@ impl Hold {
                     Err(e) => tracing::debug!(%conn, error = %e, "pacing cap not set"),
                 }
             }
-        } else if self.cap.is_some() && self.until.is_none_or(|u| t >= u) {
+        } else if self.cap.is_some() && (own || self.until.is_none_or(|u| t >= u)) {
             if let Err(e) = probe.set_max_pacing_rate(u64::MAX) {
                 tracing::debug!(%conn, error = %e, "pacing cap not removed");
             }
@@ -268,6 +272,52 @@ pub(crate) fn path_estimate(t: &netsys::TcpInfo, kernel: u64) -> mux::PathEstima
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records the pacing caps set on it.
+    #[derive(Default)]
+    struct Caps(std::sync::Mutex<Vec<u64>>);
+
+    impl Probe for Caps {
+        fn kernel_outstanding(&self) -> u64 {
+            0
+        }
+        fn tcp_info(&self) -> Option<netsys::TcpInfo> {
+            Some(netsys::TcpInfo {
+                min_rtt_us: 10_000_000,
+                delivery_rate: 8_000_000,
+                ..netsys::TcpInfo::default()
+            })
+        }
+        fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+            None
+        }
+        fn local_addr(&self) -> Option<std::net::SocketAddr> {
+            None
+        }
+        fn set_max_pacing_rate(&self, bytes_per_sec: u64) -> std::io::Result<()> {
+            self.0.lock().unwrap().push(bytes_per_sec);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_held_lane_keeps_its_cap_between_page_levels_but_not_for_its_own_page_bytes() {
+        let conn = mux::ConnId(1);
+        let probe = Caps::default();
+        let caps = || probe.0.lock().unwrap().clone();
+        let mut hold = Hold::default();
+        // Held: paced at BULK_YIELD of its delivery rate.
+        hold.update(true, false, conn, &probe);
+        assert_eq!(caps(), [1_000_000]);
+        // The page on the other lane paused: the cap stays for HOLD_ROUND_TRIPS min RTTs
+        // (20 s here), the gap between a page's levels.
+        hold.update(false, false, conn, &probe);
+        assert_eq!(caps(), [1_000_000]);
+        // A page's bytes are bound to this lane: the cap goes at once.
+        hold.update(false, true, conn, &probe);
+        assert_eq!(caps(), [1_000_000, u64::MAX]);
+        assert!(hold.cap.is_none());
+    }
 
     #[test]
     fn path_estimate_from_tcp_info() {

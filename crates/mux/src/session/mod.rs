@@ -361,6 +361,15 @@ impl Session {
         c.bulk_out() && !c.interactive_out() && !c.sendq.iter().any(|id| self.is_interactive(*id))
     }
 
+    /// Whether `conn` carries interactive bytes of this side: unacknowledged, or queued by a
+    /// stream bound to it. A driver does not hold such a lane back, even for the
+    /// round trips it otherwise keeps a hold after the page's bytes on other lanes.
+    pub fn lane_is_interactive(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| {
+            c.interactive_out() || c.sendq.iter().any(|id| self.is_interactive(*id))
+        })
+    }
+
     /// Whether stream `id`'s direction towards the peer is still interactive.
     fn is_interactive(&self, id: u64) -> bool {
         self.streams.get(&id).is_some_and(|s| s.interactive())

@@ -1465,8 +1465,26 @@ fn a_lane_with_only_bulk_bytes_unacknowledged_is_bulk_while_another_carries_a_pa
     // The page's bytes are acknowledged: nothing holds the download back any more.
     s.set_kernel_outstanding(lanes[1], 0);
     assert_eq!(s.interactive_lanes(), 0);
-    // An interactive stream queued on the download's lane makes it interactive.
+    // The page's next stream goes to the lane without a download, however long its queue:
+    // the download's lane is held back while pages load, though by its window left it
+    // looks the best place (`Policy::choose`).
     s.set_kernel_outstanding(lanes[1], 100 << 20);
+    let c = s.open(Kind::Http, "c:80", &[3u8; 100], true).unwrap();
+    assert_eq!(s.stream(c).unwrap().send_conn, Some(lanes[1]));
+    assert!(s.lane_is_bulk(lanes[0]));
+}
+
+#[test]
+fn an_interactive_stream_queued_on_a_download_lane_makes_it_interactive() {
+    let (mut s, lanes, t) = edge_with_lanes(1, Policy::LeastOutstanding);
+    bulk_stream(&mut s, lanes[0], t);
+    s.set_kernel_outstanding(lanes[0], 0);
+    let mut out = Vec::new();
+    s.poll_transmit(lanes[0], 64 * 1024, &mut out);
+    s.set_kernel_outstanding(lanes[0], 64 * 1024);
+    assert!(s.lane_is_bulk(lanes[0]));
+    // The only lane carries the download: a page's stream goes there, and the lane is not
+    // held back while it waits.
     let c = s.open(Kind::Http, "c:80", &[3u8; 100], true).unwrap();
     assert_eq!(s.stream(c).unwrap().send_conn, Some(lanes[0]));
     assert!(!s.lane_is_bulk(lanes[0]));
