@@ -711,6 +711,31 @@ fn a_reply_cut_part_way_is_logged_with_its_status_and_the_bytes_sent() {
     );
 }
 
+/// Reads a reply head and at least `n` bytes after it from `c`: (head, what followed it).
+fn head_and_body(c: &mut TcpStream, n: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        let k = c.read(&mut buf).unwrap();
+        assert!(k > 0, "the reply ended early");
+        got.extend_from_slice(&buf[..k]);
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            if got.len() - (end + 4) >= n {
+                let body = got.split_off(end + 4);
+                return (got, body);
+            }
+        }
+    }
+}
+
+/// Closes `c` with a reset (SO_LINGER 0), as a client that gives up does.
+fn reset(c: TcpStream) {
+    socket2::SockRef::from(&c)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(c);
+}
+
 #[test]
 fn a_tunnel_the_client_resets_is_logged_with_the_bytes_it_carried() {
     // The origin sends 1 MB into the tunnel, then holds it open.
@@ -724,26 +749,12 @@ fn a_tunnel_the_client_resets_is_logged_with_the_bytes_it_carried() {
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     c.write_all(format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n\r\nhello").as_bytes())
         .unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 65536];
-    let body = loop {
-        let n = c.read(&mut buf).unwrap();
-        assert!(n > 0, "the tunnel ended early");
-        got.extend_from_slice(&buf[..n]);
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            if got.len() - (end + 4) >= DOWN {
-                break got.split_off(end + 4);
-            }
-        }
-    };
-    assert!(got.starts_with(b"HTTP/1.1 200"));
+    let (head, body) = head_and_body(&mut c, DOWN);
+    assert!(head.starts_with(b"HTTP/1.1 200"));
     assert_eq!(body, pattern(DOWN, 3));
     // The client resets the connection: both proxies end the tunnel as failed, and their
     // records still count what it carried.
-    socket2::SockRef::from(&c)
-        .set_linger(Some(Duration::ZERO))
-        .unwrap();
-    drop(c);
+    reset(c);
     let target = origin.to_string();
     let (remote, edge) = access_records(
         &pair,
@@ -773,27 +784,13 @@ fn a_reply_the_client_resets_is_logged_with_its_status_and_the_bytes_it_got() {
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     c.write_all(format!("GET http://{origin}/big HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
         .unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 65536];
-    let body = loop {
-        let n = c.read(&mut buf).unwrap();
-        assert!(n > 0, "the reply ended early");
-        got.extend_from_slice(&buf[..n]);
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            if got.len() - (end + 4) >= DOWN {
-                break got.split_off(end + 4);
-            }
-        }
-    };
-    assert!(got.starts_with(b"HTTP/1.1 200"));
+    let (head, body) = head_and_body(&mut c, DOWN);
+    assert!(head.starts_with(b"HTTP/1.1 200"));
     assert_eq!(body, pattern(DOWN, 4));
     // The client resets its connection mid-body: the edge's record keeps the status the
     // client got and the body bytes it was sent (it logged 0 and 0 when the reply was
     // abandoned with the connection).
-    socket2::SockRef::from(&c)
-        .set_linger(Some(Duration::ZERO))
-        .unwrap();
-    drop(c);
+    reset(c);
     let (remote_target, edge_target) = (
         format!("target=\"{origin}\""),
         format!("target=\"http://{origin}/big\""),
