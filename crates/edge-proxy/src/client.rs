@@ -446,16 +446,17 @@ struct Unlogged {
 }
 
 /// How far a reply's relay got, readable after the relay was abandoned: when the client's
-/// connection fails mid-reply, the writer (and the relay in it) is dropped, and the request's
-/// record still says which status the client got and how much of the body.
+/// connection fails mid-reply (HTTP/1.1: the writer, and the relay in it, is dropped) or its
+/// upload fails while the reply is under way (HTTP/2), the request's record still says which
+/// status the client got and how much of the body.
 #[derive(Debug, Default)]
-struct ReplyProgress {
+pub(crate) struct ReplyProgress {
     /// Set before the first byte of a reply (an interim `1xx` included) is written.
-    started: AtomicBool,
+    pub(crate) started: AtomicBool,
     /// The final reply head's status once written to the client; 0 before.
-    status: AtomicU16,
+    pub(crate) status: AtomicU16,
     /// Body bytes written to the client (framing not counted).
-    body: AtomicU64,
+    pub(crate) body: AtomicU64,
 }
 
 impl Drop for Unlogged {

@@ -35,7 +35,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
@@ -50,7 +50,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio_rustls::server::TlsStream;
 
-use crate::client::{self, ConnectReply, Ctx, Entry, VIA};
+use crate::client::{self, ConnectReply, Ctx, Entry, ReplyProgress, VIA};
 use crate::conn::Abort;
 use crate::errors::EdgeError;
 use crate::page::{self, PageClock};
@@ -290,7 +290,7 @@ async fn request<T: Transport>(
             &mut reader,
             &method,
             &mut respond,
-            &Progress::default(),
+            &ReplyProgress::default(),
         )
         .await
         {
@@ -337,7 +337,7 @@ async fn request<T: Transport>(
         swr.shutdown().await.map_err(CopyError::Write)?;
         Ok::<u64, CopyError>(n)
     };
-    let progress = Progress::default();
+    let progress = ReplyProgress::default();
     let (result, up) = {
         let reply = relay(ctx, &mut srd, &method, &mut respond, &progress);
         tokio::pin!(upload, reply);
@@ -355,7 +355,7 @@ async fn request<T: Transport>(
                             ..cut(
                                 String::new(),
                                 progress.status.load(Ordering::Relaxed),
-                                progress.down.load(Ordering::Relaxed),
+                                progress.body.load(Ordering::Relaxed),
                             )
                         })
                     }
@@ -472,14 +472,6 @@ fn h2_head(head: ResponseHead, kind: BodyKind) -> Result<Response<()>, EdgeError
         .map_err(|e| EdgeError::BadReply(format!("reply head: {e}")))
 }
 
-/// How far a reply's relay got, readable when the relay is abandoned (the request's upload
-/// failed while the reply was under way): the status sent (0: none) and the body bytes.
-#[derive(Debug, Default)]
-struct Progress {
-    status: AtomicU16,
-    down: AtomicU64,
-}
-
 /// Relays one reply from `srd` to the client's stream, recording in `progress` how far it
 /// got.
 async fn relay<T: Transport, R: AsyncRead + Unpin>(
@@ -487,7 +479,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
     srd: &mut R,
     method: &str,
     respond: &mut SendResponse<Bytes>,
-    progress: &Progress,
+    progress: &ReplyProgress,
 ) -> Result<Outcome, RelayError> {
     let mut sbuf = BytesMut::with_capacity(SEND_CHUNK);
     let head = reply_head(ctx, srd, &mut sbuf).await?;
@@ -505,7 +497,7 @@ async fn relay<T: Transport, R: AsyncRead + Unpin>(
     let mut down = 0;
     if !empty {
         let mut w = H2Send::new(send, Reason::INTERNAL_ERROR);
-        let written = &progress.down;
+        let written = &progress.body;
         let copy = http1::copy_body_counted(kind, srd, &mut sbuf, &mut w, OutFraming::Raw, written);
         down = match copy.await {
             Ok(n) => n,
@@ -614,7 +606,7 @@ async fn connect<T: Transport>(
                     &mut reader,
                     "CONNECT",
                     &mut respond,
-                    &Progress::default(),
+                    &ReplyProgress::default(),
                 )
                 .await;
                 Access {
