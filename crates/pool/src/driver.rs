@@ -6,17 +6,17 @@
 //!
 //! Interactive before bulk across lanes: while another lane carries a page's unacknowledged
 //! bytes, a lane whose unacknowledged bytes are all bulk ([`mux::Session::lane_is_bulk`]) is
-//! paced down to [`BULK_YIELD`] of its delivery rate (`SO_MAX_PACING_RATE`), and released
-//! [`HOLD_ROUND_TRIPS`] minimum RTTs after that stops (at once when the lane gets interactive
-//! bytes of its own: they are not to leave at the held rate), as the QUIC carrier's `rate`
-//! controller does for its connections (`crate::rate`); within a lane the session sends
-//! interactive directions first.
+//! paced down to [`BULK_YIELD`] of its delivery rate free of any cap (`SO_MAX_PACING_RATE`),
+//! and released [`HOLD_ROUND_TRIPS`] minimum RTTs after that stops (at once when the lane gets
+//! interactive bytes of its own: they are not to leave at the held rate), as the QUIC
+//! carrier's `rate` controller does for its connections (`crate::rate`); within a lane the
+//! session sends interactive directions first.
 //!
 //! What it does NOT do: decide placement (the session's policy does) or pace otherwise (the
 //! kernel's congestion controller does).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mux::ConnId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
@@ -139,7 +139,7 @@ async fn writer(
             let close = i.session.wants_close(conn) || i.shutting_down;
             (close, i.session.poll_timeout(), held, own)
         });
-        hold.update(held, own, conn, probe);
+        hold.update(now(), held, own, conn, probe);
         if !buf.is_empty() {
             wr.write_all(&buf).await?;
             // A TLS carrier may keep the last records in its buffer when the socket
@@ -187,24 +187,47 @@ struct Hold {
     /// The pacing cap in force, bytes per second.
     cap: Option<u64>,
     /// Until when the cap stays once no longer wanted.
-    until: Option<std::time::Instant>,
+    until: Option<Instant>,
+    /// The lane's latest delivery-rate sample taken free of any cap (not application-limited,
+    /// at least [`SETTLE_ROUND_TRIPS`] minimum RTTs after the last release), bytes per second:
+    /// what a hold is a fraction of. A sample taken while held, or soon after, measures the
+    /// cap itself, and 1/8 of it again and again would pace a lane that is held often down
+    /// to [`MIN_HOLD_RATE`].
+    free_rate: u64,
+    /// When the last cap was removed.
+    released: Option<Instant>,
 }
+
+/// Round trips after a release before the lane's delivery-rate samples count as free of the
+/// cap again: a sample covers the latest round trip's deliveries.
+const SETTLE_ROUND_TRIPS: u32 = 2;
 
 impl Hold {
     /// `want`: the session says this lane is bulk while another carries interactive bytes;
     /// `own`: this lane carries interactive bytes itself, which are not held back, so the
-    /// cap goes at once rather than [`HOLD_ROUND_TRIPS`] later.
-    fn update(&mut self, want: bool, own: bool, conn: ConnId, probe: &dyn Probe) {
-        let t = now();
+    /// cap goes at once rather than [`HOLD_ROUND_TRIPS`] later. `t`: now.
+    fn update(&mut self, t: Instant, want: bool, own: bool, conn: ConnId, probe: &dyn Probe) {
+        let info = probe.tcp_info();
+        let min_rtt = info.map_or(Duration::from_millis(100), |i| {
+            Duration::from_micros(u64::from(i.min_rtt_us.max(1)))
+        });
+        let rate = info.map_or(0, |i| i.delivery_rate);
+        let settled = self
+            .released
+            .is_none_or(|r| t >= r + min_rtt * SETTLE_ROUND_TRIPS);
+        if self.cap.is_none()
+            && settled
+            && rate > 0
+            && !info.is_some_and(|i| i.delivery_rate_app_limited)
+        {
+            self.free_rate = rate;
+        }
         if want {
-            let info = probe.tcp_info();
-            let min_rtt = info.map_or(Duration::from_millis(100), |i| {
-                Duration::from_micros(u64::from(i.min_rtt_us.max(1)))
-            });
             self.until = Some(t + min_rtt * HOLD_ROUND_TRIPS);
             if self.cap.is_none() {
-                let rate = info.map_or(0, |i| i.delivery_rate);
-                let cap = ((rate as f64 * BULK_YIELD) as u64).max(MIN_HOLD_RATE);
+                // The sample now may be reduced by a recent hold, or be news: the larger.
+                let base = rate.max(self.free_rate);
+                let cap = ((base as f64 * BULK_YIELD) as u64).max(MIN_HOLD_RATE);
                 match probe.set_max_pacing_rate(cap) {
                     Ok(()) => {
                         tracing::trace!(%conn, cap, "bulk lane held back");
@@ -219,6 +242,7 @@ impl Hold {
             }
             tracing::trace!(%conn, "bulk lane released");
             self.cap = None;
+            self.released = Some(t);
         }
     }
 }
@@ -273,20 +297,40 @@ pub(crate) fn path_estimate(t: &netsys::TcpInfo, kernel: u64) -> mux::PathEstima
 mod tests {
     use super::*;
 
-    /// Records the pacing caps set on it.
-    #[derive(Default)]
-    struct Caps(std::sync::Mutex<Vec<u64>>);
+    /// Records the pacing caps set on it; reports the `TCP_INFO` it is given.
+    struct Caps {
+        caps: std::sync::Mutex<Vec<u64>>,
+        info: std::sync::Mutex<netsys::TcpInfo>,
+    }
+
+    impl Caps {
+        /// A lane with a 10 s minimum RTT and the given delivery-rate sample.
+        fn new(delivery_rate: u64) -> Self {
+            Caps {
+                caps: Default::default(),
+                info: std::sync::Mutex::new(netsys::TcpInfo {
+                    min_rtt_us: 10_000_000,
+                    delivery_rate,
+                    ..netsys::TcpInfo::default()
+                }),
+            }
+        }
+        fn caps(&self) -> Vec<u64> {
+            self.caps.lock().unwrap().clone()
+        }
+        fn sample(&self, delivery_rate: u64, app_limited: bool) {
+            let mut i = self.info.lock().unwrap();
+            i.delivery_rate = delivery_rate;
+            i.delivery_rate_app_limited = app_limited;
+        }
+    }
 
     impl Probe for Caps {
         fn kernel_outstanding(&self) -> u64 {
             0
         }
         fn tcp_info(&self) -> Option<netsys::TcpInfo> {
-            Some(netsys::TcpInfo {
-                min_rtt_us: 10_000_000,
-                delivery_rate: 8_000_000,
-                ..netsys::TcpInfo::default()
-            })
+            Some(*self.info.lock().unwrap())
         }
         fn peer_addr(&self) -> Option<std::net::SocketAddr> {
             None
@@ -295,7 +339,7 @@ mod tests {
             None
         }
         fn set_max_pacing_rate(&self, bytes_per_sec: u64) -> std::io::Result<()> {
-            self.0.lock().unwrap().push(bytes_per_sec);
+            self.caps.lock().unwrap().push(bytes_per_sec);
             Ok(())
         }
     }
@@ -303,20 +347,55 @@ mod tests {
     #[test]
     fn a_held_lane_keeps_its_cap_between_page_levels_but_not_for_its_own_page_bytes() {
         let conn = mux::ConnId(1);
-        let probe = Caps::default();
-        let caps = || probe.0.lock().unwrap().clone();
+        let probe = Caps::new(8_000_000);
+        let t = Instant::now();
         let mut hold = Hold::default();
         // Held: paced at BULK_YIELD of its delivery rate.
-        hold.update(true, false, conn, &probe);
-        assert_eq!(caps(), [1_000_000]);
+        hold.update(t, true, false, conn, &probe);
+        assert_eq!(probe.caps(), [1_000_000]);
         // The page on the other lane paused: the cap stays for HOLD_ROUND_TRIPS min RTTs
         // (20 s here), the gap between a page's levels.
-        hold.update(false, false, conn, &probe);
-        assert_eq!(caps(), [1_000_000]);
+        hold.update(t + Duration::from_secs(1), false, false, conn, &probe);
+        assert_eq!(probe.caps(), [1_000_000]);
         // A page's bytes are bound to this lane: the cap goes at once.
-        hold.update(false, true, conn, &probe);
-        assert_eq!(caps(), [1_000_000, u64::MAX]);
+        hold.update(t + Duration::from_secs(2), false, true, conn, &probe);
+        assert_eq!(probe.caps(), [1_000_000, u64::MAX]);
         assert!(hold.cap.is_none());
+    }
+
+    #[test]
+    fn a_lane_held_again_is_capped_from_its_rate_before_the_hold_not_the_held_rate() {
+        let conn = mux::ConnId(1);
+        let probe = Caps::new(8_000_000);
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut hold = Hold::default();
+        hold.update(t, true, false, conn, &probe);
+        // Held, the lane's samples measure the cap; released, they still do for a round trip.
+        probe.sample(1_000_000, false);
+        hold.update(t + s(1), false, true, conn, &probe);
+        // Held again within the two round trips (20 s here) in which samples settle: the cap
+        // comes from the 8 MB/s the lane had free, not 1/8 of the 1 MB/s it was held to.
+        hold.update(t + s(2), true, false, conn, &probe);
+        assert_eq!(probe.caps(), [1_000_000, u64::MAX, 1_000_000]);
+        hold.update(t + s(3), false, true, conn, &probe);
+        // Settled, a lower free sample is the lane's rate now (the path slowed)...
+        probe.sample(4_000_000, false);
+        hold.update(t + s(30), false, false, conn, &probe);
+        // ...but an application-limited one only bounds it from below.
+        probe.sample(400_000, true);
+        hold.update(t + s(31), false, false, conn, &probe);
+        hold.update(t + s(32), true, false, conn, &probe);
+        assert_eq!(
+            probe.caps(),
+            [1_000_000, u64::MAX, 1_000_000, u64::MAX, 500_000]
+        );
+        // A lane never sampled free is capped from the sample it has.
+        let fresh = Caps::new(1_600_000);
+        let mut hold = Hold::default();
+        fresh.sample(1_600_000, true);
+        hold.update(t, true, false, conn, &fresh);
+        assert_eq!(fresh.caps(), [200_000]);
     }
 
     #[test]
