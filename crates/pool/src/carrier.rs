@@ -32,11 +32,6 @@ pub trait Probe: Send + Sync + 'static {
     fn peer_addr(&self) -> Option<SocketAddr>;
     /// Our address.
     fn local_addr(&self) -> Option<SocketAddr>;
-    /// Caps the transport's pacing rate at `bytes_per_sec` (`u64::MAX`: no cap); a transport
-    /// that cannot does nothing.
-    fn set_max_pacing_rate(&self, _bytes_per_sec: u64) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 /// The future a [`Dialer`] returns.
@@ -102,9 +97,6 @@ impl Probe for TcpProbe {
     }
     fn local_addr(&self) -> Option<SocketAddr> {
         self.local
-    }
-    fn set_max_pacing_rate(&self, bytes_per_sec: u64) -> io::Result<()> {
-        netsys::set_max_pacing_rate(&self.fd, bytes_per_sec)
     }
 }
 

@@ -6,11 +6,12 @@
 //!
 //! Interactive before bulk across lanes: while another lane carries a page's unacknowledged
 //! bytes, a lane whose unacknowledged bytes are all bulk ([`mux::Session::lane_is_bulk`]) is
-//! paced down to [`BULK_YIELD`] of its delivery rate free of any cap (`SO_MAX_PACING_RATE`),
-//! and released [`HOLD_ROUND_TRIPS`] minimum RTTs after that stops (at once when the lane gets
-//! interactive bytes of its own: they are not to leave at the held rate), as the QUIC
-//! carrier's `rate` controller does for its connections (`crate::rate`); within a lane the
-//! session sends interactive directions first.
+//! fed no faster than [`BULK_YIELD`] of its delivery rate free of any hold (the writer takes
+//! bursts of data from the session at that rate; the lane's congestion controller keeps its
+//! estimate, [`Hold`]), and released [`HOLD_ROUND_TRIPS`] minimum RTTs after that stops (at
+//! once when the lane gets interactive bytes of its own: they are not to leave at the held
+//! rate), as the QUIC carrier's `rate` controller does for its connections (`crate::rate`);
+//! within a lane the session sends interactive directions first.
 //!
 //! What it does NOT do: decide placement (the session's policy does) or pace otherwise (the
 //! kernel's congestion controller does).
@@ -126,20 +127,25 @@ async fn writer(
     let mut hold = Hold::default();
     loop {
         buf.clear();
-        let (close, deadline, held, own) = shared.op(|i| {
+        let info = probe.tcp_info();
+        let (close, deadline, waiting) = shared.op(|i| {
             let t = now();
             if i.session.poll_timeout().is_some_and(|d| d <= t) {
                 i.session.handle_timeout(t);
             }
             let held = i.session.lane_is_bulk(conn) && i.session.interactive_lanes() > 0;
             let own = i.session.lane_is_interactive(conn);
-            i.session.poll_transmit(conn, DEFAULT_WRITE_CHUNK, &mut buf);
+            hold.update(t, held, own, conn, info);
+            // Held: control frames always go, data as the hold allows.
+            let budget = hold.allowance(t).min(DEFAULT_WRITE_CHUNK);
+            i.session.poll_transmit(conn, budget, &mut buf);
             // Closing: the GOAWAY is in `buf`. Shutting down (after the
             // grace period): this last chunk goes, the rest is abandoned.
             let close = i.session.wants_close(conn) || i.shutting_down;
-            (close, i.session.poll_timeout(), held, own)
+            let waiting = budget == 0 && hold.cap.is_some() && i.session.has_transmit(conn);
+            (close, i.session.poll_timeout(), waiting)
         });
-        hold.update(now(), held, own, conn, probe);
+        hold.spend(buf.len());
         if !buf.is_empty() {
             wr.write_all(&buf).await?;
             // A TLS carrier may keep the last records in its buffer when the socket
@@ -155,11 +161,10 @@ async fn writer(
             let _ = wr.shutdown().await;
             return Ok(());
         }
-        let refresh = (kernel > 0).then(|| now() + DEFAULT_OUTSTANDING_REFRESH);
-        let wake = match (deadline, refresh) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let t = now();
+        let refresh = (kernel > 0).then(|| t + DEFAULT_OUTSTANDING_REFRESH);
+        let refill = waiting.then(|| hold.refilled_at(t)).flatten();
+        let wake = [deadline, refresh, refill].into_iter().flatten().min();
         match wake {
             Some(at) => {
                 let at = tokio::time::Instant::from_std(at);
@@ -178,36 +183,61 @@ async fn writer(
     }
 }
 
-/// Lowest pacing cap of a held-back lane, bytes per second.
+/// Lowest rate of a held-back lane, bytes per second.
 const MIN_HOLD_RATE: u64 = 32 * 1024;
 
-/// Holds a bulk lane back while another lane carries interactive bytes (module doc).
-#[derive(Default)]
-struct Hold {
-    /// The pacing cap in force, bytes per second.
-    cap: Option<u64>,
-    /// Until when the cap stays once no longer wanted.
-    until: Option<Instant>,
-    /// The lane's latest delivery-rate sample taken free of any cap (not application-limited,
-    /// at least [`SETTLE_ROUND_TRIPS`] minimum RTTs after the last release), bytes per second:
-    /// what a hold is a fraction of. A sample taken while held, or soon after, measures the
-    /// cap itself, and 1/8 of it again and again would pace a lane that is held often down
-    /// to [`MIN_HOLD_RATE`].
-    free_rate: u64,
-    /// When the last cap was removed.
-    released: Option<Instant>,
-}
+/// A held lane writes in bursts of about this long at its held rate, at least
+/// [`MIN_HOLD_BURST`] and at most [`DEFAULT_WRITE_CHUNK`] bytes.
+const HOLD_BURST_TIME: Duration = Duration::from_millis(10);
+
+/// Smallest burst a held lane writes: fewer, larger writes (a few segments each).
+const MIN_HOLD_BURST: u64 = 16 * 1024;
 
 /// Round trips after a release before the lane's delivery-rate samples count as free of the
-/// cap again: a sample covers the latest round trip's deliveries.
+/// hold again: a sample covers the latest round trip's deliveries.
 const SETTLE_ROUND_TRIPS: u32 = 2;
+
+/// Holds a bulk lane back while another lane carries interactive bytes (module doc).
+///
+/// The writer takes at most [`Hold::allowance`] from the session, so the held lane's sender
+/// is application-limited: the kernel marks its delivery-rate samples so, and BBR keeps the
+/// path estimate it had instead of learning the held rate. A kernel pacing cap
+/// (`SO_MAX_PACING_RATE`) would keep the send queue full at the capped rate, and BBR then
+/// takes the capped rate as the path's (its samples are not application-limited): after one
+/// hold a BBR lane stayed near the cap for seconds, and the next hold's 1/8 of that came to
+/// the floor (benches/notes/2026-11-27-download-lane.md). Sans-IO: the writer passes the time
+/// and `TCP_INFO`.
+#[derive(Default)]
+struct Hold {
+    /// The held rate in force, bytes per second.
+    cap: Option<u64>,
+    /// Until when the hold stays once no longer wanted.
+    until: Option<Instant>,
+    /// The lane's latest delivery-rate sample taken free of any hold (not application-limited,
+    /// at least [`SETTLE_ROUND_TRIPS`] minimum RTTs after the last release), bytes per second:
+    /// what a hold is a fraction of.
+    free_rate: u64,
+    /// When the last hold ended.
+    released: Option<Instant>,
+    /// Bytes the held lane may write now (below zero after a frame overshot), as of `refilled`.
+    tokens: f64,
+    /// When `tokens` was last brought up to date.
+    refilled: Option<Instant>,
+}
 
 impl Hold {
     /// `want`: the session says this lane is bulk while another carries interactive bytes;
     /// `own`: this lane carries interactive bytes itself, which are not held back, so the
-    /// cap goes at once rather than [`HOLD_ROUND_TRIPS`] later. `t`: now.
-    fn update(&mut self, t: Instant, want: bool, own: bool, conn: ConnId, probe: &dyn Probe) {
-        let info = probe.tcp_info();
+    /// hold ends at once rather than [`HOLD_ROUND_TRIPS`] later. `t`: now; `info`: the lane's
+    /// `TCP_INFO`.
+    fn update(
+        &mut self,
+        t: Instant,
+        want: bool,
+        own: bool,
+        conn: ConnId,
+        info: Option<netsys::TcpInfo>,
+    ) {
         let min_rtt = info.map_or(Duration::from_millis(100), |i| {
             Duration::from_micros(u64::from(i.min_rtt_us.max(1)))
         });
@@ -225,25 +255,58 @@ impl Hold {
         if want {
             self.until = Some(t + min_rtt * HOLD_ROUND_TRIPS);
             if self.cap.is_none() {
-                // The sample now may be reduced by a recent hold, or be news: the larger.
+                // The sample now may still measure a recent hold, or be news: the larger.
                 let base = rate.max(self.free_rate);
                 let cap = ((base as f64 * BULK_YIELD) as u64).max(MIN_HOLD_RATE);
-                match probe.set_max_pacing_rate(cap) {
-                    Ok(()) => {
-                        tracing::trace!(%conn, cap, "bulk lane held back");
-                        self.cap = Some(cap);
-                    }
-                    Err(e) => tracing::debug!(%conn, error = %e, "pacing cap not set"),
-                }
+                tracing::trace!(%conn, cap, "bulk lane held back");
+                self.cap = Some(cap);
+                self.tokens = 0.0;
+                self.refilled = Some(t);
             }
         } else if self.cap.is_some() && (own || self.until.is_none_or(|u| t >= u)) {
-            if let Err(e) = probe.set_max_pacing_rate(u64::MAX) {
-                tracing::debug!(%conn, error = %e, "pacing cap not removed");
-            }
             tracing::trace!(%conn, "bulk lane released");
             self.cap = None;
             self.released = Some(t);
         }
+    }
+
+    /// The burst a held lane at `cap` bytes per second writes at once.
+    fn burst(cap: u64) -> f64 {
+        let b = (cap as f64 * HOLD_BURST_TIME.as_secs_f64()) as u64;
+        b.clamp(MIN_HOLD_BURST, DEFAULT_WRITE_CHUNK as u64) as f64
+    }
+
+    /// Data bytes the lane may write at `t`: any while not held; while held, a whole burst
+    /// once the held rate has earned it since the last, else none.
+    fn allowance(&mut self, t: Instant) -> usize {
+        let Some(cap) = self.cap else {
+            return usize::MAX;
+        };
+        let burst = Self::burst(cap);
+        let since = self
+            .refilled
+            .map_or(Duration::ZERO, |r| t.saturating_duration_since(r));
+        self.tokens = (self.tokens + cap as f64 * since.as_secs_f64()).min(burst);
+        self.refilled = Some(t);
+        if self.tokens >= burst {
+            self.tokens as usize
+        } else {
+            0
+        }
+    }
+
+    /// `n` bytes were written.
+    fn spend(&mut self, n: usize) {
+        if self.cap.is_some() {
+            self.tokens -= n as f64;
+        }
+    }
+
+    /// While held, when the next burst is earned (from `t` on).
+    fn refilled_at(&self, t: Instant) -> Option<Instant> {
+        let cap = self.cap?;
+        let missing = (Self::burst(cap) - self.tokens).max(0.0);
+        Some(t + Duration::from_secs_f64(missing / cap as f64))
     }
 }
 
@@ -297,105 +360,116 @@ pub(crate) fn path_estimate(t: &netsys::TcpInfo, kernel: u64) -> mux::PathEstima
 mod tests {
     use super::*;
 
-    /// Records the pacing caps set on it; reports the `TCP_INFO` it is given.
-    struct Caps {
-        caps: std::sync::Mutex<Vec<u64>>,
-        info: std::sync::Mutex<netsys::TcpInfo>,
-    }
-
-    impl Caps {
-        /// A lane with a 10 s minimum RTT and the given delivery-rate sample.
-        fn new(delivery_rate: u64) -> Self {
-            Caps {
-                caps: Default::default(),
-                info: std::sync::Mutex::new(netsys::TcpInfo {
-                    min_rtt_us: 10_000_000,
-                    delivery_rate,
-                    ..netsys::TcpInfo::default()
-                }),
-            }
-        }
-        fn caps(&self) -> Vec<u64> {
-            self.caps.lock().unwrap().clone()
-        }
-        fn sample(&self, delivery_rate: u64, app_limited: bool) {
-            let mut i = self.info.lock().unwrap();
-            i.delivery_rate = delivery_rate;
-            i.delivery_rate_app_limited = app_limited;
-        }
-    }
-
-    impl Probe for Caps {
-        fn kernel_outstanding(&self) -> u64 {
-            0
-        }
-        fn tcp_info(&self) -> Option<netsys::TcpInfo> {
-            Some(*self.info.lock().unwrap())
-        }
-        fn peer_addr(&self) -> Option<std::net::SocketAddr> {
-            None
-        }
-        fn local_addr(&self) -> Option<std::net::SocketAddr> {
-            None
-        }
-        fn set_max_pacing_rate(&self, bytes_per_sec: u64) -> std::io::Result<()> {
-            self.caps.lock().unwrap().push(bytes_per_sec);
-            Ok(())
-        }
+    /// `TCP_INFO` of a lane with a 10 s minimum RTT and this delivery-rate sample.
+    fn info(delivery_rate: u64, app_limited: bool) -> Option<netsys::TcpInfo> {
+        Some(netsys::TcpInfo {
+            min_rtt_us: 10_000_000,
+            delivery_rate,
+            delivery_rate_app_limited: app_limited,
+            ..netsys::TcpInfo::default()
+        })
     }
 
     #[test]
-    fn a_held_lane_keeps_its_cap_between_page_levels_but_not_for_its_own_page_bytes() {
+    fn a_held_lane_stays_held_between_page_levels_but_not_for_its_own_page_bytes() {
         let conn = mux::ConnId(1);
-        let probe = Caps::new(8_000_000);
-        let t = Instant::now();
-        let mut hold = Hold::default();
-        // Held: paced at BULK_YIELD of its delivery rate.
-        hold.update(t, true, false, conn, &probe);
-        assert_eq!(probe.caps(), [1_000_000]);
-        // The page on the other lane paused: the cap stays for HOLD_ROUND_TRIPS min RTTs
-        // (20 s here), the gap between a page's levels.
-        hold.update(t + Duration::from_secs(1), false, false, conn, &probe);
-        assert_eq!(probe.caps(), [1_000_000]);
-        // A page's bytes are bound to this lane: the cap goes at once.
-        hold.update(t + Duration::from_secs(2), false, true, conn, &probe);
-        assert_eq!(probe.caps(), [1_000_000, u64::MAX]);
-        assert!(hold.cap.is_none());
-    }
-
-    #[test]
-    fn a_lane_held_again_is_capped_from_its_rate_before_the_hold_not_the_held_rate() {
-        let conn = mux::ConnId(1);
-        let probe = Caps::new(8_000_000);
         let t = Instant::now();
         let s = Duration::from_secs;
         let mut hold = Hold::default();
-        hold.update(t, true, false, conn, &probe);
-        // Held, the lane's samples measure the cap; released, they still do for a round trip.
-        probe.sample(1_000_000, false);
-        hold.update(t + s(1), false, true, conn, &probe);
-        // Held again within the two round trips (20 s here) in which samples settle: the cap
-        // comes from the 8 MB/s the lane had free, not 1/8 of the 1 MB/s it was held to.
-        hold.update(t + s(2), true, false, conn, &probe);
-        assert_eq!(probe.caps(), [1_000_000, u64::MAX, 1_000_000]);
-        hold.update(t + s(3), false, true, conn, &probe);
-        // Settled, a lower free sample is the lane's rate now (the path slowed)...
-        probe.sample(4_000_000, false);
-        hold.update(t + s(30), false, false, conn, &probe);
-        // ...but an application-limited one only bounds it from below.
-        probe.sample(400_000, true);
-        hold.update(t + s(31), false, false, conn, &probe);
-        hold.update(t + s(32), true, false, conn, &probe);
-        assert_eq!(
-            probe.caps(),
-            [1_000_000, u64::MAX, 1_000_000, u64::MAX, 500_000]
-        );
-        // A lane never sampled free is capped from the sample it has.
-        let fresh = Caps::new(1_600_000);
+        assert_eq!(hold.allowance(t), usize::MAX, "not held: no limit");
+        // Held: fed at BULK_YIELD of its delivery rate.
+        hold.update(t, true, false, conn, info(8_000_000, false));
+        assert_eq!(hold.cap, Some(1_000_000));
+        // The page on the other lane paused: the hold stays for HOLD_ROUND_TRIPS min RTTs
+        // (20 s here), the gap between a page's levels.
+        hold.update(t + s(1), false, false, conn, info(8_000_000, false));
+        assert_eq!(hold.cap, Some(1_000_000));
+        // A page's bytes are bound to this lane: the hold ends at once.
+        hold.update(t + s(2), false, true, conn, info(8_000_000, false));
+        assert_eq!(hold.cap, None);
+        assert_eq!(hold.allowance(t + s(2)), usize::MAX);
+        // Held again, and the page on the other lane done: released HOLD_ROUND_TRIPS later.
+        hold.update(t + s(3), true, false, conn, info(8_000_000, false));
+        hold.update(t + s(4), false, false, conn, info(8_000_000, false));
+        hold.update(t + s(22), false, false, conn, info(8_000_000, false));
+        assert!(hold.cap.is_some());
+        hold.update(t + s(23), false, false, conn, info(8_000_000, false));
+        assert_eq!(hold.cap, None);
+    }
+
+    #[test]
+    fn a_lane_held_again_is_held_to_its_rate_before_the_hold_not_the_held_rate() {
+        let conn = mux::ConnId(1);
+        let t = Instant::now();
+        let s = Duration::from_secs;
+        let mut caps = Vec::new();
         let mut hold = Hold::default();
-        fresh.sample(1_600_000, true);
-        hold.update(t, true, false, conn, &fresh);
-        assert_eq!(fresh.caps(), [200_000]);
+        hold.update(t, true, false, conn, info(8_000_000, false));
+        caps.extend(hold.cap);
+        // Released, the lane's samples still measure the hold for a round trip.
+        hold.update(t + s(1), false, true, conn, info(1_000_000, false));
+        // Held again within the two round trips (20 s here) in which samples settle: held to
+        // 1/8 of the 8 MB/s the lane had free, not of the 1 MB/s it was held to.
+        hold.update(t + s(2), true, false, conn, info(1_000_000, false));
+        caps.extend(hold.cap);
+        hold.update(t + s(3), false, true, conn, info(1_000_000, false));
+        // Settled, a lower free sample is the lane's rate now (the path slowed)...
+        hold.update(t + s(30), false, false, conn, info(4_000_000, false));
+        // ...but an application-limited one only bounds it from below.
+        hold.update(t + s(31), false, false, conn, info(400_000, true));
+        hold.update(t + s(32), true, false, conn, info(400_000, true));
+        caps.extend(hold.cap);
+        assert_eq!(caps, [1_000_000, 1_000_000, 500_000]);
+        // A lane never sampled free is held to 1/8 of the sample it has, and never below
+        // MIN_HOLD_RATE.
+        let mut hold = Hold::default();
+        hold.update(t, true, false, conn, info(1_600_000, true));
+        assert_eq!(hold.cap, Some(200_000));
+        let mut hold = Hold::default();
+        hold.update(t, true, false, conn, info(0, false));
+        assert_eq!(hold.cap, Some(MIN_HOLD_RATE));
+    }
+
+    #[test]
+    fn a_held_lane_writes_bursts_at_its_held_rate() {
+        let conn = mux::ConnId(1);
+        let t0 = Instant::now();
+        let mut hold = Hold::default();
+        hold.update(t0, true, false, conn, info(8_000_000, false));
+        // 1 MB/s: bursts of 16 KiB (10 ms at the held rate is less), none at once.
+        assert_eq!(hold.allowance(t0), 0);
+        let first = hold.refilled_at(t0).unwrap();
+        assert_eq!(first - t0, Duration::from_secs_f64(16_384.0 / 1e6));
+        assert_eq!(hold.allowance(first - Duration::from_millis(1)), 0);
+        // A writer that wakes when told and writes what it may, each write overshooting by
+        // part of a frame, as the session's does: one second carries the held rate.
+        let (mut t, mut written, mut writes) = (first, 0u64, 0);
+        while t < t0 + Duration::from_secs(1) {
+            let n = hold.allowance(t);
+            assert!(n == 0 || n >= 16_384, "whole bursts only: {n}");
+            if n > 0 {
+                hold.spend(n + 300);
+                written += n as u64 + 300;
+                writes += 1;
+            }
+            t = hold.refilled_at(t).unwrap();
+        }
+        assert!(
+            (980_000..=1_020_000).contains(&written),
+            "{written} bytes in 1 s"
+        );
+        assert!((59..=61).contains(&writes), "{writes} writes");
+        // Released: no limit, and no wake-up for the hold.
+        hold.update(t, false, true, conn, info(8_000_000, false));
+        assert_eq!(hold.allowance(t), usize::MAX);
+        assert_eq!(hold.refilled_at(t), None);
+        // A fast lane's bursts are 10 ms of its held rate, up to one write chunk.
+        let mut fast = Hold::default();
+        fast.update(t0, true, false, conn, info(80_000_000, false));
+        assert_eq!(Hold::burst(fast.cap.unwrap()), 64.0 * 1024.0);
+        let mut mid = Hold::default();
+        mid.update(t0, true, false, conn, info(32_000_000, false));
+        assert_eq!(Hold::burst(mid.cap.unwrap()), 40_000.0);
     }
 
     #[test]
