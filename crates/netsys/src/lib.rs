@@ -141,7 +141,7 @@ pub struct TcpInfo {
     pub snd_ssthresh: u32,
     /// Sender maximum segment size, bytes.
     pub snd_mss: u32,
-    /// Segments currently retransmitted and not yet acknowledged.
+    /// Segments currently retransmitted and not yet acknowledged (`tcpi_retrans`).
     pub retransmits_in_flight: u32,
     /// Total retransmitted segments over the connection's life.
     pub total_retrans: u32,
@@ -213,7 +213,7 @@ pub fn tcp_info(fd: impl AsFd) -> io::Result<TcpInfo> {
         snd_cwnd: t.tcpi_snd_cwnd,
         snd_ssthresh: t.tcpi_snd_ssthresh,
         snd_mss: t.tcpi_snd_mss,
-        retransmits_in_flight: u32::from(t.tcpi_retransmits),
+        retransmits_in_flight: t.tcpi_retrans,
         total_retrans: t.tcpi_total_retrans,
         unacked: t.tcpi_unacked,
         lost: t.tcpi_lost,
