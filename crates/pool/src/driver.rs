@@ -8,10 +8,11 @@
 //! bytes, a lane whose unacknowledged bytes are all bulk ([`mux::Session::lane_is_bulk`]) is
 //! fed no faster than [`BULK_YIELD`] of its delivery rate free of any hold (the writer takes
 //! bursts of data from the session at that rate; the lane's congestion controller keeps its
-//! estimate, [`Hold`]), and released [`HOLD_ROUND_TRIPS`] minimum RTTs after that stops (at
-//! once when the lane gets interactive bytes of its own: they are not to leave at the held
-//! rate), as the QUIC carrier's `rate` controller does for its connections (`crate::rate`);
-//! within a lane the session sends interactive directions first.
+//! estimate, [`Hold`]; a transport without `TCP_INFO` is not held), and released
+//! [`HOLD_ROUND_TRIPS`] minimum RTTs after that stops (at once when the lane gets interactive
+//! bytes of its own: they are not to leave at the held rate), as the QUIC carrier's `rate`
+//! controller does for its connections (`crate::rate`); within a lane the session sends
+//! interactive directions first.
 //!
 //! What it does NOT do: decide placement (the session's policy does) or pace otherwise (the
 //! kernel's congestion controller does).
@@ -252,7 +253,8 @@ impl Hold {
         {
             self.free_rate = rate;
         }
-        if want {
+        // A transport without TCP_INFO (no rate to take a fraction of) is not held.
+        if want && info.is_some() {
             self.until = Some(t + min_rtt * HOLD_ROUND_TRIPS);
             if self.cap.is_none() {
                 // The sample now may still measure a recent hold, or be news: the larger.
@@ -428,6 +430,9 @@ mod tests {
         let mut hold = Hold::default();
         hold.update(t, true, false, conn, info(0, false));
         assert_eq!(hold.cap, Some(MIN_HOLD_RATE));
+        let mut hold = Hold::default();
+        hold.update(t, true, false, conn, None);
+        assert_eq!((hold.cap, hold.allowance(t)), (None, usize::MAX));
     }
 
     #[test]
