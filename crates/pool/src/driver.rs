@@ -143,7 +143,7 @@ async fn writer(
             // Closing: the GOAWAY is in `buf`. Shutting down (after the
             // grace period): this last chunk goes, the rest is abandoned.
             let close = i.session.wants_close(conn) || i.shutting_down;
-            let waiting = budget == 0 && hold.cap.is_some() && i.session.has_transmit(conn);
+            let waiting = budget == 0 && hold.held.is_some() && i.session.has_transmit(conn);
             (close, i.session.poll_timeout(), waiting)
         });
         hold.spend(buf.len());
@@ -210,8 +210,8 @@ const SETTLE_ROUND_TRIPS: u32 = 2;
 /// and `TCP_INFO`.
 #[derive(Default)]
 struct Hold {
-    /// The held rate in force, bytes per second.
-    cap: Option<u64>,
+    /// The hold in force.
+    held: Option<Held>,
     /// Until when the hold stays once no longer wanted.
     until: Option<Instant>,
     /// The lane's latest delivery-rate sample taken free of any hold (not application-limited,
@@ -220,10 +220,16 @@ struct Hold {
     free_rate: u64,
     /// When the last hold ended.
     released: Option<Instant>,
-    /// Bytes the held lane may write now (below zero after a frame overshot), as of `refilled`.
+}
+
+/// A hold in force: the writer's token bucket.
+struct Held {
+    /// The held rate, bytes per second.
+    cap: u64,
+    /// Bytes the lane may write now (below zero after a frame overshot), as of `refilled`.
     tokens: f64,
     /// When `tokens` was last brought up to date.
-    refilled: Option<Instant>,
+    refilled: Instant,
 }
 
 impl Hold {
@@ -246,7 +252,7 @@ impl Hold {
         let settled = self
             .released
             .is_none_or(|r| t >= r + min_rtt * SETTLE_ROUND_TRIPS);
-        if self.cap.is_none()
+        if self.held.is_none()
             && settled
             && rate > 0
             && !info.is_some_and(|i| i.delivery_rate_app_limited)
@@ -256,18 +262,20 @@ impl Hold {
         // A transport without TCP_INFO (no rate to take a fraction of) is not held.
         if want && info.is_some() {
             self.until = Some(t + min_rtt * HOLD_ROUND_TRIPS);
-            if self.cap.is_none() {
+            if self.held.is_none() {
                 // The sample now may still measure a recent hold, or be news: the larger.
                 let base = rate.max(self.free_rate);
                 let cap = ((base as f64 * BULK_YIELD) as u64).max(MIN_HOLD_RATE);
                 tracing::trace!(%conn, cap, "bulk lane held back");
-                self.cap = Some(cap);
-                self.tokens = 0.0;
-                self.refilled = Some(t);
+                self.held = Some(Held {
+                    cap,
+                    tokens: 0.0,
+                    refilled: t,
+                });
             }
-        } else if self.cap.is_some() && (own || self.until.is_none_or(|u| t >= u)) {
+        } else if self.held.is_some() && (own || self.until.is_none_or(|u| t >= u)) {
             tracing::trace!(%conn, "bulk lane released");
-            self.cap = None;
+            self.held = None;
             self.released = Some(t);
         }
     }
@@ -278,20 +286,24 @@ impl Hold {
         b.clamp(MIN_HOLD_BURST, DEFAULT_WRITE_CHUNK as u64) as f64
     }
 
+    /// The held rate in force, bytes per second.
+    #[cfg(test)]
+    fn cap(&self) -> Option<u64> {
+        self.held.as_ref().map(|h| h.cap)
+    }
+
     /// Data bytes the lane may write at `t`: any while not held; while held, a whole burst
     /// once the held rate has earned it since the last, else none.
     fn allowance(&mut self, t: Instant) -> usize {
-        let Some(cap) = self.cap else {
+        let Some(h) = &mut self.held else {
             return usize::MAX;
         };
-        let burst = Self::burst(cap);
-        let since = self
-            .refilled
-            .map_or(Duration::ZERO, |r| t.saturating_duration_since(r));
-        self.tokens = (self.tokens + cap as f64 * since.as_secs_f64()).min(burst);
-        self.refilled = Some(t);
-        if self.tokens >= burst {
-            self.tokens as usize
+        let burst = Self::burst(h.cap);
+        let since = t.saturating_duration_since(h.refilled);
+        h.tokens = (h.tokens + h.cap as f64 * since.as_secs_f64()).min(burst);
+        h.refilled = t;
+        if h.tokens >= burst {
+            h.tokens as usize
         } else {
             0
         }
@@ -299,16 +311,16 @@ impl Hold {
 
     /// `n` bytes were written.
     fn spend(&mut self, n: usize) {
-        if self.cap.is_some() {
-            self.tokens -= n as f64;
+        if let Some(h) = &mut self.held {
+            h.tokens -= n as f64;
         }
     }
 
     /// While held, when the next burst is earned (from `t` on).
     fn refilled_at(&self, t: Instant) -> Option<Instant> {
-        let cap = self.cap?;
-        let missing = (Self::burst(cap) - self.tokens).max(0.0);
-        Some(t + Duration::from_secs_f64(missing / cap as f64))
+        let h = self.held.as_ref()?;
+        let missing = (Self::burst(h.cap) - h.tokens).max(0.0);
+        Some(t + Duration::from_secs_f64(missing / h.cap as f64))
     }
 }
 
@@ -381,22 +393,22 @@ mod tests {
         assert_eq!(hold.allowance(t), usize::MAX, "not held: no limit");
         // Held: fed at BULK_YIELD of its delivery rate.
         hold.update(t, true, false, conn, info(8_000_000, false));
-        assert_eq!(hold.cap, Some(1_000_000));
+        assert_eq!(hold.cap(), Some(1_000_000));
         // The page on the other lane paused: the hold stays for HOLD_ROUND_TRIPS min RTTs
         // (20 s here), the gap between a page's levels.
         hold.update(t + s(1), false, false, conn, info(8_000_000, false));
-        assert_eq!(hold.cap, Some(1_000_000));
+        assert_eq!(hold.cap(), Some(1_000_000));
         // A page's bytes are bound to this lane: the hold ends at once.
         hold.update(t + s(2), false, true, conn, info(8_000_000, false));
-        assert_eq!(hold.cap, None);
+        assert_eq!(hold.cap(), None);
         assert_eq!(hold.allowance(t + s(2)), usize::MAX);
         // Held again, and the page on the other lane done: released HOLD_ROUND_TRIPS later.
         hold.update(t + s(3), true, false, conn, info(8_000_000, false));
         hold.update(t + s(4), false, false, conn, info(8_000_000, false));
         hold.update(t + s(22), false, false, conn, info(8_000_000, false));
-        assert!(hold.cap.is_some());
+        assert!(hold.cap().is_some());
         hold.update(t + s(23), false, false, conn, info(8_000_000, false));
-        assert_eq!(hold.cap, None);
+        assert_eq!(hold.cap(), None);
     }
 
     #[test]
@@ -407,32 +419,32 @@ mod tests {
         let mut caps = Vec::new();
         let mut hold = Hold::default();
         hold.update(t, true, false, conn, info(8_000_000, false));
-        caps.extend(hold.cap);
+        caps.extend(hold.cap());
         // Released, the lane's samples still measure the hold for a round trip.
         hold.update(t + s(1), false, true, conn, info(1_000_000, false));
         // Held again within the two round trips (20 s here) in which samples settle: held to
         // 1/8 of the 8 MB/s the lane had free, not of the 1 MB/s it was held to.
         hold.update(t + s(2), true, false, conn, info(1_000_000, false));
-        caps.extend(hold.cap);
+        caps.extend(hold.cap());
         hold.update(t + s(3), false, true, conn, info(1_000_000, false));
         // Settled, a lower free sample is the lane's rate now (the path slowed)...
         hold.update(t + s(30), false, false, conn, info(4_000_000, false));
         // ...but an application-limited one only bounds it from below.
         hold.update(t + s(31), false, false, conn, info(400_000, true));
         hold.update(t + s(32), true, false, conn, info(400_000, true));
-        caps.extend(hold.cap);
+        caps.extend(hold.cap());
         assert_eq!(caps, [1_000_000, 1_000_000, 500_000]);
         // A lane never sampled free is held to 1/8 of the sample it has, and never below
         // MIN_HOLD_RATE.
         let mut hold = Hold::default();
         hold.update(t, true, false, conn, info(1_600_000, true));
-        assert_eq!(hold.cap, Some(200_000));
+        assert_eq!(hold.cap(), Some(200_000));
         let mut hold = Hold::default();
         hold.update(t, true, false, conn, info(0, false));
-        assert_eq!(hold.cap, Some(MIN_HOLD_RATE));
+        assert_eq!(hold.cap(), Some(MIN_HOLD_RATE));
         let mut hold = Hold::default();
         hold.update(t, true, false, conn, None);
-        assert_eq!((hold.cap, hold.allowance(t)), (None, usize::MAX));
+        assert_eq!((hold.cap(), hold.allowance(t)), (None, usize::MAX));
     }
 
     #[test]
@@ -471,10 +483,10 @@ mod tests {
         // A fast lane's bursts are 10 ms of its held rate, up to one write chunk.
         let mut fast = Hold::default();
         fast.update(t0, true, false, conn, info(80_000_000, false));
-        assert_eq!(Hold::burst(fast.cap.unwrap()), 64.0 * 1024.0);
+        assert_eq!(Hold::burst(fast.cap().unwrap()), 64.0 * 1024.0);
         let mut mid = Hold::default();
         mid.update(t0, true, false, conn, info(32_000_000, false));
-        assert_eq!(Hold::burst(mid.cap.unwrap()), 40_000.0);
+        assert_eq!(Hold::burst(mid.cap().unwrap()), 40_000.0);
     }
 
     #[test]
