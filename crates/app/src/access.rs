@@ -104,6 +104,33 @@ impl<'a> Access<'a> {
         }
     }
 
+    /// The record of a tunnel on the remote that ended after `up` bytes towards the target and
+    /// `down` bytes from it, `err` the failure if any: as [`Access::tunnel_ended`], except that
+    /// a stream the edge cancelled (code `CANCEL`: its client closed the tunnel or went away,
+    /// or the edge failed and logged why) is outcome `edge-cancelled`, no failure here.
+    pub fn far_tunnel_ended(self, up: u64, down: u64, err: Option<std::io::Error>) -> Access<'a> {
+        let cancelled = err
+            .as_ref()
+            .and_then(pool::stream_error)
+            .is_some_and(|e| e.code == mux::ErrorCode::CANCEL);
+        let ended = self.tunnel_ended(up, down, err.map(|e| e.to_string()));
+        if cancelled {
+            Access {
+                outcome: "edge-cancelled",
+                ..ended
+            }
+        } else {
+            ended
+        }
+    }
+
+    /// Whether the record is of a failure (counted in `longhaul_errors_total` by its outcome):
+    /// any outcome but `ok` and the ends a client or the edge chose, `client-closed` and
+    /// `edge-cancelled`.
+    pub fn is_failure(&self) -> bool {
+        !matches!(self.outcome, "ok" | "client-closed" | "edge-cancelled")
+    }
+
     /// What the record is about (for metrics): an HTTP request, a tunnel (CONNECT,
     /// intercepted), or a SOCKS5 connection.
     fn kind(&self) -> &'static str {
@@ -151,7 +178,7 @@ impl<'a> Access<'a> {
             self.status,
             self.bytes_up,
             self.bytes_down,
-            self.outcome,
+            self.is_failure().then_some(self.outcome),
             self.ttfb,
         );
     }
@@ -185,5 +212,38 @@ mod tests {
         let t = t.tunnel_ended(3, 4, Some("reset".into()));
         assert_eq!((t.bytes_up, t.bytes_down), (3, 4));
         assert_eq!((t.outcome, &*t.detail), ("tunnel-failed", "reset"));
+    }
+
+    #[test]
+    fn a_far_tunnel_the_edge_cancelled_is_no_failure_and_others_are() {
+        let peer = Peer::Stream(StreamRef { id: 9, conn: None });
+        let stream_err = |code| {
+            std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                pool::StreamError {
+                    code,
+                    retryable: false,
+                    reason: "stream 9: cancelled".into(),
+                },
+            )
+        };
+        let t = || Access::new(peer, "TUNNEL", "a.test:443", Instant::now());
+        let c = t().far_tunnel_ended(5, 6, Some(stream_err(mux::ErrorCode::CANCEL)));
+        assert_eq!((c.bytes_up, c.bytes_down), (5, 6));
+        assert_eq!(c.outcome, "edge-cancelled");
+        assert_eq!(&*c.detail, "stream 9: cancelled (CANCEL)");
+        assert!(!c.is_failure());
+        let lost = t().far_tunnel_ended(5, 6, Some(stream_err(mux::ErrorCode::CONNECTION_LOST)));
+        assert_eq!(lost.outcome, "tunnel-failed");
+        assert!(lost.is_failure());
+        let origin = t().far_tunnel_ended(0, 0, Some(std::io::ErrorKind::ConnectionReset.into()));
+        assert_eq!(origin.outcome, "tunnel-failed");
+        assert_eq!(t().far_tunnel_ended(1, 2, None).outcome, "ok");
+        assert!(!t().is_failure());
+        let closed = Access {
+            outcome: "client-closed",
+            ..t()
+        };
+        assert!(!closed.is_failure());
     }
 }

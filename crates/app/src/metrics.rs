@@ -563,16 +563,17 @@ pub fn status_class(status: u16) -> &'static str {
     }
 }
 
-/// Counts one finished request or tunnel (called by each binary's `log_access`).
+/// Counts one finished request or tunnel (from [`crate::access::Access::log`]).
 ///
-/// `kind` labels the time-to-first-byte histogram (`http`, `tunnel` or `socks`); `outcome` is `ok` or
-/// the error tag.
+/// `kind` labels the time-to-first-byte histogram (`http`, `tunnel` or `socks`); `failure` is
+/// the outcome tag of a failure, `None` for a record of none (`ok`, or an end the client or
+/// the edge chose: [`crate::access::Access::is_failure`]).
 pub fn record_access(
     kind: &'static str,
     status: u16,
     bytes_up: u64,
     bytes_down: u64,
-    outcome: &str,
+    failure: Option<&str>,
     ttfb: Option<Duration>,
 ) {
     let m = global();
@@ -585,9 +586,9 @@ pub fn record_access(
     m.requests
         .get_or_create(&[("class", status_class(status).into())])
         .inc();
-    if outcome != "ok" {
+    if let Some(cause) = failure {
         m.errors
-            .get_or_create(&[("cause", outcome.to_string())])
+            .get_or_create(&[("cause", cause.to_string())])
             .inc();
     }
     if let Some(t) = ttfb {
@@ -700,8 +701,8 @@ mod tests {
 
     #[tokio::test]
     async fn access_records_move_the_counters() {
-        record_access("http", 200, 10, 2000, "ok", Some(Duration::from_millis(30)));
-        record_access("http", 502, 0, 0, "dns-failed", None);
+        record_access("http", 200, 10, 2000, None, Some(Duration::from_millis(30)));
+        record_access("http", 502, 0, 0, Some("dns-failed"), None);
         let text = global().render().await;
         assert!(
             text.contains("longhaul_requests_total{class=\"2xx\"}"),

@@ -1279,7 +1279,7 @@ async fn upgrade<T, R, W>(
                         .await;
                 match err {
                     None => log(101, up, down, Some(r.head_at), "ok", "upgraded"),
-                    Some(e) => log(101, up, down, Some(r.head_at), "tunnel-failed", &e),
+                    Some(c) => log(101, up, down, Some(r.head_at), c.outcome(), &c.reason),
                 }
             }
             None => {

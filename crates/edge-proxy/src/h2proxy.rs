@@ -642,23 +642,15 @@ async fn connect<T: Transport>(
     let ttfb = first_down
         .get()
         .map(|t| t.saturating_duration_since(started));
-    if err.is_some() && cancelled.load(Ordering::Relaxed) {
-        // The client closed the tunnel with RST_STREAM CANCEL, as browsers do when they are
-        // done with it: the far side was reset (§8.5), which is no failure of the proxy's.
-        let ended = Access {
-            status: 200,
-            ttfb,
-            ..record()
-        }
-        .tunnel_ended(up, down, None);
-        Access {
-            outcome: "client-closed",
-            detail: "RST_STREAM CANCEL from the client".into(),
-            ..ended
-        }
-        .log();
-        return;
-    }
+    // The client closed the tunnel with RST_STREAM CANCEL, as browsers do when they are done
+    // with it: the far side was reset (§8.5), which is no failure of the proxy's.
+    let err = match err {
+        Some(_) if cancelled.load(Ordering::Relaxed) => Some(tunnel::TunnelCut {
+            by_client: true,
+            reason: "RST_STREAM CANCEL from the client".into(),
+        }),
+        err => err,
+    };
     tunnel::log_tunnel(
         peer, "CONNECT", &authority, 200, up, down, started, ttfb, err,
     );

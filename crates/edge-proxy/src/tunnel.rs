@@ -28,6 +28,43 @@ use http1::RequestHead;
 /// Buffer of each tunnel direction (bounds memory per tunnel; the stream's credit bounds the rest).
 pub const DEFAULT_TUNNEL_BUFFER: usize = 64 * 1024;
 
+/// Why a tunnel ended before both of its directions finished.
+#[derive(Debug)]
+pub(crate) struct TunnelCut {
+    /// The client reset or dropped its connection: its choice (browsers reset a tunnel they
+    /// are done with, HTTP/2 ones with `RST_STREAM CANCEL`), no failure of the proxy's.
+    pub(crate) by_client: bool,
+    /// What happened.
+    pub(crate) reason: String,
+}
+
+impl TunnelCut {
+    /// The access-log outcome: `client-closed` or `tunnel-failed`.
+    pub(crate) fn outcome(&self) -> &'static str {
+        if self.by_client {
+            "client-closed"
+        } else {
+            "tunnel-failed"
+        }
+    }
+}
+
+/// The record of a tunnel that ended after `up` bytes towards the target and `down` from it:
+/// outcome `ok`, or the cut's outcome with its reason as the detail.
+pub(crate) fn tunnel_record(
+    record: Access<'_>,
+    up: u64,
+    down: u64,
+    cut: Option<TunnelCut>,
+) -> Access<'_> {
+    let outcome = cut.as_ref().map(TunnelCut::outcome);
+    let ended = record.tunnel_ended(up, down, cut.map(|c| c.reason));
+    match outcome {
+        Some(outcome) => Access { outcome, ..ended },
+        None => ended,
+    }
+}
+
 const ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
 
 /// The `host:port` a CONNECT to `authority` goes to, if the request is valid (400) and its
@@ -241,7 +278,10 @@ pub(crate) async fn intercepted<T: Transport, C: ClientConn>(
                 0,
                 started,
                 None,
-                Some(err.to_string()),
+                Some(TunnelCut {
+                    by_client: false,
+                    reason: err.to_string(),
+                }),
             );
             abort(wr);
             return;
@@ -266,18 +306,22 @@ pub(crate) fn log_tunnel(
     down: u64,
     started: Instant,
     ttfb: Option<std::time::Duration>,
-    err: Option<String>,
+    cut: Option<TunnelCut>,
 ) {
-    if let Some(e) = &err {
-        tracing::warn!(%peer, target, error = %e, "tunnel closed by a failure");
-    }
-    Access {
+    warn_cut(peer, target, cut.as_ref());
+    let record = Access {
         status,
         ttfb,
         ..Access::new(Peer::Client(peer), method, target, started)
+    };
+    tunnel_record(record, up, down, cut).log();
+}
+
+/// A warning for a tunnel closed by a failure (not for one its client closed).
+pub(crate) fn warn_cut(peer: SocketAddr, target: &str, cut: Option<&TunnelCut>) {
+    if let Some(c) = cut.filter(|c| !c.by_client) {
+        tracing::warn!(%peer, target, error = %c.reason, "tunnel closed by a failure");
     }
-    .tunnel_ended(up, down, err)
-    .log();
 }
 
 async fn pump<T, R, W>(
@@ -287,7 +331,7 @@ async fn pump<T, R, W>(
     stream: T::Stream,
     (to_client, already_up): (Bytes, u64),
     first_down: &OnceLock<Instant>,
-) -> (u64, u64, Option<String>)
+) -> (u64, u64, Option<TunnelCut>)
 where
     T: Transport,
     R: AsyncRead + Unpin + Send,
@@ -299,8 +343,9 @@ where
 }
 
 /// Copies both ways until both directions ended. `to_client` is written to the client first,
-/// `to_far` to the stream first. Returns bytes up, bytes down, and the failure if one happened
-/// (then the client connection is reset and the stream dropped, which resets it).
+/// `to_far` to the stream first. Returns bytes up, bytes down, and why the tunnel was cut if it
+/// was (then the client connection is reset and the stream dropped, which resets it): the far
+/// side's failure, or the client's connection reset or broken (the only other I/O here).
 /// `first_down` is set when the first byte from the far side is at hand (time to first byte).
 pub(crate) async fn pump_with_prefix<T, R, W>(
     ctx: &Ctx<T>,
@@ -310,7 +355,7 @@ pub(crate) async fn pump_with_prefix<T, R, W>(
     to_client: Bytes,
     to_far: Bytes,
     first_down: &OnceLock<Instant>,
-) -> (u64, u64, Option<String>)
+) -> (u64, u64, Option<TunnelCut>)
 where
     T: Transport,
     R: AsyncRead + Unpin + Send,
@@ -344,15 +389,27 @@ where
     let res = copy_both(upload, download).await;
     let (up, down) = (up.load(Ordering::Relaxed), down.load(Ordering::Relaxed));
     let describe = |e: &std::io::Error| match ctx.transport.failure(e) {
-        Some(f) => format!("far side: {}", f.reason),
-        None => e.to_string(),
+        Some(f) => TunnelCut {
+            by_client: false,
+            reason: format!("far side: {}", f.reason),
+        },
+        None => {
+            use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+            let by_client = matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe);
+            let reason = if by_client {
+                format!("the client reset its connection: {e}")
+            } else {
+                e.to_string()
+            };
+            TunnelCut { by_client, reason }
+        }
     };
     match res {
         (Ok(()), Ok(())) => (up, down, None),
         (Err(e), _) | (_, Err(e)) => {
-            let err = describe(&e);
+            let cut = describe(&e);
             abort(wr);
-            (up, down, Some(err))
+            (up, down, Some(cut))
         }
     }
 }

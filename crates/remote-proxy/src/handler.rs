@@ -142,7 +142,7 @@ async fn tunnel<S: FarStream>(ctx: &Ctx, id: StreamRef, target: &str, mut stream
     };
     let (up, down, err) = pump(stream, origin, BytesMut::new()).await;
     Access::new(Peer::Stream(id), "TUNNEL", target, started)
-        .tunnel_ended(up, down, err)
+        .far_tunnel_ended(up, down, err)
         .log();
 }
 
@@ -174,11 +174,15 @@ async fn pump<S: FarStream>(
     mut stream: S,
     mut origin: TcpStream,
     early: BytesMut,
-) -> (u64, u64, Option<String>) {
+) -> (u64, u64, Option<std::io::Error>) {
     if !early.is_empty() {
         if let Err(e) = origin.write_all(&early).await {
             stream.reset(ResetReason::Cancel);
-            return (0, 0, Some(format!("origin write: {e}")));
+            return (
+                0,
+                0,
+                Some(std::io::Error::new(e.kind(), format!("origin write: {e}"))),
+            );
         }
     }
     let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -199,7 +203,7 @@ async fn pump<S: FarStream>(
         Err(e) => {
             stream.reset(ResetReason::Cancel);
             let _ = socket2::SockRef::from(&origin).set_linger(Some(Duration::ZERO));
-            (carried.0, carried.1, Some(e.to_string()))
+            (carried.0, carried.1, Some(e))
         }
     }
 }
@@ -572,7 +576,8 @@ fn build_request(
     Ok((req, body_kind, upgrade.is_some()))
 }
 
-/// Logs a switched connection's end: status 101, bytes each way, `ok` or `tunnel-failed`.
+/// Logs a switched connection's end: status 101, bytes each way, `ok`, `edge-cancelled` or
+/// `tunnel-failed`.
 fn log_switched(
     id: StreamRef,
     method: &str,
@@ -580,11 +585,11 @@ fn log_switched(
     started: Instant,
     up: u64,
     down: u64,
-    err: Option<String>,
+    err: Option<std::io::Error>,
 ) {
     Access {
         status: 101,
-        ..Access::new(Peer::Stream(id), method, target, started).tunnel_ended(up, down, err)
+        ..Access::new(Peer::Stream(id), method, target, started).far_tunnel_ended(up, down, err)
     }
     .log();
 }
@@ -604,7 +609,8 @@ async fn switched<S: FarStream>(
         Err(e) => {
             stream.reset(ResetReason::Cancel);
             let detail = format!("switching protocols failed: {}", chain(&e));
-            return log_switched(id, method, target, started, 0, 0, Some(detail));
+            let err = std::io::Error::other(detail);
+            return log_switched(id, method, target, started, 0, 0, Some(err));
         }
     };
     let (up, down) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -620,7 +626,7 @@ async fn switched<S: FarStream>(
         Ok(_) => log_switched(id, method, target, started, up, down, None),
         Err(e) => {
             stream.reset(ResetReason::Cancel);
-            log_switched(id, method, target, started, up, down, Some(e.to_string()));
+            log_switched(id, method, target, started, up, down, Some(e));
         }
     }
 }
@@ -773,7 +779,7 @@ async fn connect_with_status<S: FarStream>(
     let record = Access::new(Peer::Stream(id), "CONNECT", target, started);
     Access {
         status: 200,
-        ..record.tunnel_ended(up, down, err)
+        ..record.far_tunnel_ended(up, down, err)
     }
     .log();
 }

@@ -417,14 +417,12 @@ async fn connect<T: Transport>(
     match user {
         // The record names who used the tunnel (its detail, or after the failure's reason).
         Some(u) => {
-            if let Some(e) = &err {
-                tracing::warn!(%peer, target, error = %e, "tunnel closed by a failure");
-            }
+            tunnel::warn_cut(peer, target, err.as_ref());
             let record = Access {
                 ttfb,
                 ..Access::new(Peer::Client(peer), METHOD, target, started)
-            }
-            .tunnel_ended(up + sent, down, err);
+            };
+            let record = tunnel::tunnel_record(record, up + sent, down, err);
             let detail = match &*record.detail {
                 "" => format!("user {u:?}"),
                 why => format!("user {u:?}: {why}"),
