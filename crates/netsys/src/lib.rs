@@ -149,6 +149,8 @@ pub struct TcpInfo {
     pub unacked: u32,
     /// Segments believed lost.
     pub lost: u32,
+    /// Segments selectively acknowledged (`tcpi_sacked`): received beyond a hole.
+    pub sacked: u32,
     /// Bytes acknowledged by the peer (`tcpi_bytes_acked`, Linux 4.1+).
     pub bytes_acked: u64,
     /// Delivery rate of the latest sample, bytes per second (`tcpi_delivery_rate`, Linux 4.9+).
@@ -164,6 +166,17 @@ pub struct TcpInfo {
     pub notsent_bytes: u32,
     /// The peer's advertised receive window, bytes (`tcpi_snd_wnd`, Linux 5.4+).
     pub snd_wnd: u32,
+}
+
+impl TcpInfo {
+    /// Bytes in the network as the kernel counts them (`tcp_packets_in_flight`: sent, not
+    /// acknowledged, selectively acknowledged or lost, plus retransmissions), unlike the
+    /// send queue (`SIOCOUTQ`), which keeps a selectively acknowledged window behind a hole.
+    pub fn in_flight_bytes(&self) -> u64 {
+        let segments = (u64::from(self.unacked) + u64::from(self.retransmits_in_flight))
+            .saturating_sub(u64::from(self.sacked) + u64::from(self.lost));
+        segments * u64::from(self.snd_mss)
+    }
 }
 
 /// Byte offset of `tcpi_delivery_rate_app_limited` in the kernel's `struct tcp_info`: the
@@ -217,6 +230,7 @@ pub fn tcp_info(fd: impl AsFd) -> io::Result<TcpInfo> {
         total_retrans: t.tcpi_total_retrans,
         unacked: t.tcpi_unacked,
         lost: t.tcpi_lost,
+        sacked: t.tcpi_sacked,
         bytes_acked: if has(end_of!(tcpi_bytes_acked)) {
             t.tcpi_bytes_acked
         } else {
@@ -602,6 +616,27 @@ mod tests {
         assert!(info.delivery_rate > 0, "{info:?}");
         assert!(info.pacing_rate > 0, "{info:?}");
         assert!(info.delivery_rate_app_limited, "{info:?}");
+    }
+
+    #[test]
+    fn in_flight_leaves_out_what_was_selectively_acknowledged_or_lost() {
+        let t = TcpInfo {
+            snd_mss: 1000,
+            unacked: 100,
+            ..TcpInfo::default()
+        };
+        assert_eq!(t.in_flight_bytes(), 100_000);
+        // A hole: 30 segments received past it, 2 lost, one of them sent again.
+        let hole = TcpInfo {
+            sacked: 30,
+            lost: 2,
+            retransmits_in_flight: 1,
+            ..t
+        };
+        assert_eq!(hole.in_flight_bytes(), 69_000);
+        // Counters read a moment apart never make it negative.
+        let odd = TcpInfo { sacked: 200, ..t };
+        assert_eq!(odd.in_flight_bytes(), 0);
     }
 
     #[test]

@@ -12,7 +12,10 @@
 //! [`HOLD_ROUND_TRIPS`] minimum RTTs after that stops (at once when the lane gets interactive
 //! bytes of its own: they are not to leave at the held rate), as the QUIC carrier's `rate`
 //! controller does for its connections (`crate::rate`); within a lane the session sends
-//! interactive directions first.
+//! interactive directions first. Such a lane, held or not, is also fed only while its bytes in
+//! flight and unsent stay under [`BULK_INFLIGHT_GAIN`] × its bandwidth-delay product
+//! ([`Hold::bulk_room`]): its congestion window's excess would otherwise sit at the
+//! bottleneck in front of the next page's first replies.
 //!
 //! What it does NOT do: decide placement (the session's policy does) or pace otherwise (the
 //! kernel's congestion controller does).
@@ -134,11 +137,17 @@ async fn writer(
             if i.session.poll_timeout().is_some_and(|d| d <= t) {
                 i.session.handle_timeout(t);
             }
-            let held = i.session.lane_is_bulk(conn) && i.session.interactive_lanes() > 0;
+            let bulk = i.session.lane_is_bulk(conn);
+            let held = bulk && i.session.interactive_lanes() > 0;
             let own = i.session.lane_is_interactive(conn);
             hold.update(t, held, own, conn, info);
-            // Held: control frames always go, data as the hold allows.
-            let budget = hold.allowance(t).min(DEFAULT_WRITE_CHUNK);
+            // Control frames always go; data as the hold allows, and on a lane carrying only
+            // bulk bytes, as its queue at the bottleneck allows.
+            let mut budget = hold.allowance(t);
+            if bulk {
+                budget = budget.min(hold.bulk_room(info));
+            }
+            let budget = budget.min(DEFAULT_WRITE_CHUNK);
             i.session.poll_transmit(conn, budget, &mut buf);
             // Closing: the GOAWAY is in `buf`. Shutting down (after the
             // grace period): this last chunk goes, the rest is abandoned.
@@ -194,6 +203,13 @@ const HOLD_BURST_TIME: Duration = Duration::from_millis(10);
 /// Smallest burst a held lane writes: fewer, larger writes (a few segments each).
 const MIN_HOLD_BURST: u64 = 16 * 1024;
 
+/// A lane carrying only bulk bytes keeps at most this many bandwidth-delay products in its
+/// kernel send queue ([`Hold::bulk_room`]).
+const BULK_INFLIGHT_GAIN: f64 = 1.25;
+
+/// The least a lane carrying only bulk bytes may keep in its kernel send queue, bytes.
+const MIN_BULK_INFLIGHT: u64 = 2 * DEFAULT_WRITE_CHUNK as u64;
+
 /// Round trips after a release before the lane's delivery-rate samples count as free of the
 /// hold again: a sample covers the latest round trip's deliveries.
 const SETTLE_ROUND_TRIPS: u32 = 2;
@@ -218,6 +234,8 @@ struct Hold {
     /// at least [`SETTLE_ROUND_TRIPS`] minimum RTTs after the last release), bytes per second:
     /// what a hold is a fraction of.
     free_rate: u64,
+    /// The lane's path rate for [`Hold::bulk_room`]'s BDP.
+    path_rate: RateFilter,
     /// When the last hold ended.
     released: Option<Instant>,
 }
@@ -230,6 +248,52 @@ struct Held {
     tokens: f64,
     /// When `tokens` was last brought up to date.
     refilled: Instant,
+}
+
+/// Round trips over which [`RateFilter`] keeps a lane's highest delivery-rate sample (BBR's
+/// bandwidth filter spans as many).
+const PATH_RATE_ROUNDS: usize = 10;
+
+/// A lane's path rate: the highest delivery-rate sample of its last [`PATH_RATE_ROUNDS`]
+/// minimum RTTs, kept as BBR keeps its bandwidth estimate (Linux's `minmax_running_max`).
+/// An application-limited sample below the estimate is no news (the sender sent less than the
+/// path could take): it neither enters nor ages the filter, so a lane held or kept below its
+/// window keeps its estimate. One low sample after a loss lowers nothing while a higher one
+/// is less than ten round trips old. A round is a minimum RTT as the latest sample gives it.
+#[derive(Default)]
+struct RateFilter {
+    /// The highest accepted sample of each of the last rounds, bytes per second; 0: none.
+    rounds: [u64; PATH_RATE_ROUNDS],
+    /// The slot of the round under way.
+    current: usize,
+    /// When the round under way began.
+    began: Option<Instant>,
+}
+
+impl RateFilter {
+    /// A delivery-rate sample `rate` at `t`, rounds of `round`.
+    fn update(&mut self, t: Instant, round: Duration, rate: u64, app_limited: bool) {
+        if rate == 0 || (app_limited && rate < self.max()) {
+            return;
+        }
+        let began = *self.began.get_or_insert(t);
+        let passed =
+            (t.saturating_duration_since(began).as_nanos() / round.as_nanos().max(1)) as usize;
+        if passed > 0 {
+            for _ in 0..passed.min(PATH_RATE_ROUNDS) {
+                self.current = (self.current + 1) % PATH_RATE_ROUNDS;
+                self.rounds[self.current] = 0;
+            }
+            self.began = Some(began + round * passed as u32);
+        }
+        let slot = &mut self.rounds[self.current];
+        *slot = (*slot).max(rate);
+    }
+
+    /// The estimate, bytes per second; 0 before any sample.
+    fn max(&self) -> u64 {
+        self.rounds.iter().copied().max().unwrap_or(0)
+    }
 }
 
 impl Hold {
@@ -252,13 +316,11 @@ impl Hold {
         let settled = self
             .released
             .is_none_or(|r| t >= r + min_rtt * SETTLE_ROUND_TRIPS);
-        if self.held.is_none()
-            && settled
-            && rate > 0
-            && !info.is_some_and(|i| i.delivery_rate_app_limited)
-        {
+        let app_limited = info.is_some_and(|i| i.delivery_rate_app_limited);
+        if self.held.is_none() && settled && rate > 0 && !app_limited {
             self.free_rate = rate;
         }
+        self.path_rate.update(t, min_rtt, rate, app_limited);
         // A transport without TCP_INFO (no rate to take a fraction of) is not held.
         if want && info.is_some() {
             self.until = Some(t + min_rtt * HOLD_ROUND_TRIPS);
@@ -277,6 +339,34 @@ impl Hold {
             tracing::trace!(%conn, "bulk lane released");
             self.held = None;
             self.released = Some(t);
+        }
+    }
+
+    /// Data bytes a lane carrying only bulk bytes may add to its kernel send queue: up to
+    /// [`BULK_INFLIGHT_GAIN`] × its bandwidth-delay product (path rate, [`RateFilter`], ×
+    /// minimum RTT) in flight plus unsent (`info`; in flight as the kernel counts it, without
+    /// what was selectively acknowledged behind a loss), at least [`MIN_BULK_INFLIGHT`], in
+    /// writes of at least [`MIN_HOLD_BURST`]; no limit without an estimate. A sender filling its
+    /// congestion window keeps the window's excess over the BDP queued at the bottleneck
+    /// (BBR's window is two BDPs), and a page's first replies on another lane wait behind
+    /// it; a lane application-limited at 1.25 BDPs keeps that queue under a quarter of a
+    /// round trip and the link full.
+    fn bulk_room(&self, info: Option<netsys::TcpInfo>) -> usize {
+        let Some(i) = info else {
+            return usize::MAX;
+        };
+        let path_rate = self.path_rate.max();
+        if path_rate == 0 || i.min_rtt_us == 0 {
+            return usize::MAX;
+        }
+        let bdp = path_rate as f64 * f64::from(i.min_rtt_us) / 1e6;
+        let limit = ((bdp * BULK_INFLIGHT_GAIN) as u64).max(MIN_BULK_INFLIGHT);
+        let queued = i.in_flight_bytes() + u64::from(i.notsent_bytes);
+        let room = limit.saturating_sub(queued);
+        if room >= MIN_HOLD_BURST {
+            room as usize
+        } else {
+            0
         }
     }
 
@@ -487,6 +577,95 @@ mod tests {
         let mut mid = Hold::default();
         mid.update(t0, true, false, conn, info(32_000_000, false));
         assert_eq!(Hold::burst(mid.cap().unwrap()), 40_000.0);
+    }
+
+    #[test]
+    fn a_lane_carrying_only_bulk_bytes_keeps_a_quarter_bdp_over_its_bdp_in_the_kernel() {
+        let conn = mux::ConnId(1);
+        let t = Instant::now();
+        // 100 ms minimum RTT, MSS 1000, `queued` bytes in flight and none unsent.
+        let lane = |rate, app_limited, queued: u32| {
+            Some(netsys::TcpInfo {
+                min_rtt_us: 100_000,
+                delivery_rate: rate,
+                delivery_rate_app_limited: app_limited,
+                snd_mss: 1000,
+                unacked: queued / 1000,
+                ..netsys::TcpInfo::default()
+            })
+        };
+        let mut hold = Hold::default();
+        // No estimate yet: no limit.
+        assert_eq!(hold.bulk_room(lane(0, false, 10_000_000)), usize::MAX);
+        assert_eq!(hold.bulk_room(None), usize::MAX);
+        // 4 MB/s × 100 ms: a BDP of 400 kB, 500 kB kept in the kernel.
+        hold.update(t, false, false, conn, lane(4_000_000, false, 0));
+        assert_eq!(hold.bulk_room(lane(4_000_000, false, 0)), 500_000);
+        assert_eq!(hold.bulk_room(lane(4_000_000, false, 450_000)), 50_000);
+        // Unsent bytes count too.
+        let mut unsent = lane(4_000_000, false, 400_000).unwrap();
+        unsent.notsent_bytes = 60_000;
+        assert_eq!(hold.bulk_room(Some(unsent)), 40_000);
+        // Behind a loss, what the peer selectively acknowledged is not in the network.
+        let mut hole = lane(4_000_000, false, 900_000).unwrap();
+        hole.sacked = 500;
+        assert_eq!(hold.bulk_room(Some(hole)), 100_000);
+        // Less room than one burst: none (no trickle of small writes).
+        assert_eq!(hold.bulk_room(lane(4_000_000, false, 490_000)), 0);
+        assert_eq!(hold.bulk_room(lane(4_000_000, false, 900_000)), 0);
+        // The limit keeps the lane application-limited: such a sample above the estimate
+        // raises it, one below does not lower it.
+        hold.update(t, false, false, conn, lane(4_400_000, true, 0));
+        assert_eq!(hold.bulk_room(lane(4_400_000, true, 0)), 550_000);
+        hold.update(t, false, false, conn, lane(1_000_000, true, 0));
+        assert_eq!(hold.bulk_room(lane(1_000_000, true, 0)), 550_000);
+        // A hold keeps to the rate sampled free: 1/8 of 4 MB/s, not of 4.4.
+        hold.update(t, true, false, conn, lane(1_000_000, true, 0));
+        assert_eq!(hold.cap(), Some(500_000));
+        // A slow lane keeps at least two write chunks.
+        let mut slow = Hold::default();
+        slow.update(t, false, false, conn, lane(100_000, false, 0));
+        assert_eq!(
+            slow.bulk_room(lane(100_000, false, 0)),
+            MIN_BULK_INFLIGHT as usize
+        );
+    }
+
+    #[test]
+    fn the_path_rate_is_the_highest_sample_of_ten_round_trips_and_ignores_lower_app_limited_ones() {
+        let rtt = Duration::from_millis(100);
+        let t = Instant::now();
+        let at = |rounds: u32| t + rtt * rounds;
+        let mut f = RateFilter::default();
+        assert_eq!(f.max(), 0);
+        f.update(at(0), rtt, 4_000_000, false);
+        // After a loss the samples are lower: the estimate holds for ten round trips...
+        for r in 1..10 {
+            f.update(at(r), rtt, 2_000_000, false);
+            assert_eq!(f.max(), 4_000_000, "round {r}");
+        }
+        // ...then follows them.
+        f.update(at(10), rtt, 2_000_000, false);
+        assert_eq!(f.max(), 2_000_000);
+        // Application-limited samples below it, for as long as they come, leave it as it is;
+        // one above it raises it.
+        for r in 11..40 {
+            f.update(at(r), rtt, 300_000, true);
+        }
+        assert_eq!(f.max(), 2_000_000);
+        f.update(at(40), rtt, 2_500_000, true);
+        assert_eq!(f.max(), 2_500_000);
+        // A sample long after the last ages every round before it.
+        f.update(at(500), rtt, 1_000_000, false);
+        assert_eq!(f.max(), 1_000_000);
+        // Several samples in one round: the highest.
+        f.update(at(500) + rtt / 3, rtt, 1_500_000, false);
+        f.update(at(500) + rtt / 2, rtt, 1_200_000, false);
+        assert_eq!(f.max(), 1_500_000);
+        // A zero sample (no measurement yet) is none.
+        let mut g = RateFilter::default();
+        g.update(t, rtt, 0, false);
+        assert_eq!(g.max(), 0);
     }
 
     #[test]
