@@ -389,6 +389,8 @@ pub struct Timing {
 pub struct Calibration {
     /// Median ping-pong RTT, ms.
     pub rtt_ms: f64,
+    /// Shortest ping-pong RTT (the path's propagation time without the host's jitter), ms.
+    pub rtt_min_ms: f64,
     /// Every RTT sample, ms.
     pub rtt_samples_ms: Vec<f64>,
     /// One flow's goodput after slow start, Mbit/s.
@@ -434,6 +436,7 @@ pub fn calibrate(topo: &Topology, rtt_n: usize, loss_n: u32) -> anyhow::Result<C
     both.merge(&up);
     Ok(Calibration {
         rtt_ms: ms(median(&samples)),
+        rtt_min_ms: ms(samples.iter().min().copied().unwrap_or_default()),
         rtt_samples_ms: samples.iter().map(|d| ms(*d)).collect(),
         goodput_mbps: goodput_bps / 1e6,
         goodput_cc: "bbr".to_string(),

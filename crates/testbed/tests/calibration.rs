@@ -42,21 +42,43 @@ fn within_bound_in_one_attempt(what: &str, mut measure: impl FnMut() -> Result<(
     panic!("{what}: every attempt missed: {}", misses.join("; "));
 }
 
+/// How far a typical (median) round trip may exceed the profile's: the host's own cost of a
+/// round trip through two TUN devices and four thread wake-ups, which on a shared virtual
+/// machine runs to a millisecond or more and is no error of the emulated delay.
+const RTT_MEDIAN_SLACK: Duration = Duration::from_millis(3);
+
+/// The emulator adds the profile's delay: the shortest round trip (the path's propagation
+/// time, as ping's minimum or TCP's min RTT) is within 1 ms above the profile's and never
+/// below it, and the median within [`RTT_MEDIAN_SLACK`] of it.
 fn check_rtt(name: &str) {
     within_bound_in_one_attempt(&format!("{name} RTT"), || {
         let topo = Topology::up(&Profile::named(name).unwrap()).unwrap();
         let samples = calibrate::rtt_samples(&topo, 20).unwrap();
         let want = topo.profile().rtt();
+        let late = topo.long_link_stats();
         topo.down().unwrap();
         let median = calibrate::median(&samples);
-        let err = median.as_secs_f64() - want.as_secs_f64();
-        eprintln!("{name}: RTT median {median:?} (profile {want:?}), samples {samples:?}");
-        if err.abs() <= 0.001 {
-            Ok(())
-        } else {
+        let min = samples.iter().min().copied().unwrap_or_default();
+        eprintln!(
+            "{name}: RTT min {min:?} median {median:?} (profile {want:?}), samples {samples:?}; \
+             emulator's largest lateness down {} µs, up {} µs",
+            late.0.max_late_ns / 1000,
+            late.1.max_late_ns / 1000
+        );
+        if min < want {
             Err(format!(
-                "median RTT {median:?} is not within 1 ms of {want:?}"
+                "a round trip of {min:?} is shorter than the profile's {want:?}"
             ))
+        } else if min - want > Duration::from_millis(1) {
+            Err(format!(
+                "minimum RTT {min:?} is not within 1 ms of {want:?}"
+            ))
+        } else if median - want > RTT_MEDIAN_SLACK {
+            Err(format!(
+                "median RTT {median:?} exceeds {want:?} by more than {RTT_MEDIAN_SLACK:?}"
+            ))
+        } else {
+            Ok(())
         }
     });
 }

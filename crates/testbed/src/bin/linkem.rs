@@ -423,9 +423,10 @@ fn calibrate_cmd(
         e.congestion_control
     );
     println!(
-        "  rtt      {:.2} ms  (median of {}; profile {:.2}; {:+.2} ms)",
+        "  rtt      {:.2} ms  (median of {}; min {:.2}; profile {:.2}; {:+.2} ms)",
         c.rtt_ms,
         c.rtt_samples_ms.len(),
+        c.rtt_min_ms,
         e.rtt_ms,
         c.rtt_ms - e.rtt_ms
     );
