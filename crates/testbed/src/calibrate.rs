@@ -92,6 +92,11 @@ pub fn median(samples: &[Duration]) -> Duration {
     }
 }
 
+/// Shortest of the samples (zero when there are none).
+pub fn shortest(samples: &[Duration]) -> Duration {
+    samples.iter().min().copied().unwrap_or_default()
+}
+
 /// Round trips of a 1-byte TCP ping-pong from edge to remote (`TCP_NODELAY`), after one
 /// unrecorded warm-up exchange.
 pub fn rtt_samples(topo: &Topology, samples: usize) -> anyhow::Result<Vec<Duration>> {
@@ -436,7 +441,7 @@ pub fn calibrate(topo: &Topology, rtt_n: usize, loss_n: u32) -> anyhow::Result<C
     both.merge(&up);
     Ok(Calibration {
         rtt_ms: ms(median(&samples)),
-        rtt_min_ms: ms(samples.iter().min().copied().unwrap_or_default()),
+        rtt_min_ms: ms(shortest(&samples)),
         rtt_samples_ms: samples.iter().map(|d| ms(*d)).collect(),
         goodput_mbps: goodput_bps / 1e6,
         goodput_cc: "bbr".to_string(),

@@ -58,7 +58,7 @@ fn check_rtt(name: &str) {
         let late = topo.long_link_stats();
         topo.down().unwrap();
         let median = calibrate::median(&samples);
-        let min = samples.iter().min().copied().unwrap_or_default();
+        let min = calibrate::shortest(&samples);
         eprintln!(
             "{name}: RTT min {min:?} median {median:?} (profile {want:?}), samples {samples:?}; \
              emulator's largest lateness down {} µs, up {} µs",
