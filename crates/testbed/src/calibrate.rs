@@ -1,7 +1,9 @@
 //! Measurements across the long link (edge ↔ remote) against the profile: RTT by TCP
-//! ping-pong, goodput of one bulk TCP flow after slow start, and loss over a train of
-//! UDP packets. Everything runs in this process: sockets are opened on threads inside
-//! the namespaces ([`Topology::run_in`]).
+//! ping-pong, the link's own rate under a UDP flow it cannot carry, goodput of one bulk
+//! TCP flow after slow start, and loss over a train of UDP packets. Everything runs in
+//! this process: sockets are opened on threads inside the namespaces
+//! ([`Topology::run_in`]). It measures; the bounds a measurement must meet are its
+//! callers' (the calibration tests, `linkem calibrate`'s report).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
@@ -355,6 +357,120 @@ pub fn loss(topo: &Topology, packets: u32) -> anyhow::Result<LossMeasurement> {
     })
 }
 
+/// UDP payload of the saturating flow: one 1500-byte IP packet each.
+pub const SATURATE_PAYLOAD: usize = 1472;
+/// How far above the link's rate the saturating flow is offered: enough to keep the
+/// drop-tail queue filling through the host's scheduling gaps, little enough that the
+/// sender does not compete with the emulator for the CPU.
+pub const SATURATE_OVERLOAD: f64 = 1.10;
+/// The saturating sender's pacing step: it sends each step's share, then sleeps.
+const SATURATE_STEP: Duration = Duration::from_millis(1);
+/// Receive buffer asked for by the saturating flow's receiver (capped by the host's
+/// `net.core.rmem_max`): a scheduling gap of tens of ms at 100 Mbit/s is hundreds of packets.
+const SATURATE_RCVBUF: usize = 8 << 20;
+
+/// The link's own delivery rate, measured under a load it cannot carry.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SaturatedRate {
+    /// UDP payload delivered per second over the counted interval, bit/s.
+    pub payload_bps: f64,
+    /// What the profile's rate carries of that payload: rate × 1472/1500, bit/s.
+    pub ceiling_bps: f64,
+    /// Datagrams the receiving host dropped for a full socket buffer (the edge
+    /// namespace's UDP `RcvbufErrors`): they crossed the link but are not counted.
+    pub receiver_drops: u64,
+}
+
+/// Offers the down direction a UDP flow of full-size packets at [`SATURATE_OVERLOAD`] ×
+/// its rate, so its transmitter is never idle once the first packet arrives, and fits
+/// the delivered payload rate over `opts.duration` after `opts.warmup` (neither the
+/// congestion control nor the flight cap of `opts` apply). Unlike [`goodput`], the result
+/// depends on no sender's control loop: a host's scheduling gap shorter than the queue's
+/// depth (one BDP on every profile) delays packets but does not idle the link, so this
+/// measures the emulated rate itself. Needs a rate on the down direction.
+pub fn saturated_rate(topo: &Topology, opts: &GoodputOptions) -> anyhow::Result<SaturatedRate> {
+    let rate = topo
+        .profile()
+        .down
+        .rate_bps
+        .context("the down direction has no rate to saturate")? as f64;
+    let rx = topo.run_in(Node::Edge, || -> std::io::Result<UdpSocket> {
+        let s = UdpSocket::bind((EDGE_LONG_ADDR, 0))?;
+        socket2::SockRef::from(&s).set_recv_buffer_size(SATURATE_RCVBUF)?;
+        Ok(s)
+    })??;
+    let drops_before = topo.run_in(Node::Edge, udp_rcvbuf_errors)??;
+    let rx_addr = rx.local_addr()?;
+    let tx = topo.run_in(Node::Remote, || UdpSocket::bind((REMOTE_LONG_ADDR, 0)))??;
+    let wire_bits = ((SATURATE_PAYLOAD + 28) * 8) as f64;
+    let per_step = rate * SATURATE_OVERLOAD * SATURATE_STEP.as_secs_f64() / wire_bits;
+    let done = Arc::new(AtomicBool::new(false));
+    let tx_done = done.clone();
+    let sender = std::thread::spawn(move || {
+        let payload = [0x5au8; SATURATE_PAYLOAD];
+        let t0 = Instant::now();
+        let mut owed = 0.0;
+        let mut step = 0u32;
+        while !tx_done.load(Ordering::Relaxed) {
+            owed += per_step;
+            while owed >= 1.0 {
+                // A full device queue refuses a datagram (ENOBUFS): the link is saturated
+                // already, so the refusal is not an error of the measurement.
+                let _ = tx.send_to(&payload, rx_addr);
+                owed -= 1.0;
+            }
+            step += 1;
+            let due = t0 + SATURATE_STEP * step;
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+    });
+    let result = receive_datagrams(&rx, opts);
+    done.store(true, Ordering::Relaxed);
+    sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("saturating sender panicked"))?;
+    let payload_bps = result?;
+    let drops_after = topo.run_in(Node::Edge, udp_rcvbuf_errors)??;
+    Ok(SaturatedRate {
+        payload_bps,
+        ceiling_bps: rate * SATURATE_PAYLOAD as f64 / 1500.0,
+        receiver_drops: drops_after.saturating_sub(drops_before),
+    })
+}
+
+/// Receives datagrams until the end of the counted interval; returns the payload rate
+/// in bit/s as the least-squares slope of bytes received, as [`goodput`]'s receiver.
+fn receive_datagrams(rx: &UdpSocket, opts: &GoodputOptions) -> anyhow::Result<f64> {
+    rx.set_read_timeout(Some(IO_TIMEOUT))?;
+    let mut buf = [0u8; 2048];
+    let n = rx.recv(&mut buf)?;
+    let first = Instant::now();
+    let start = first + opts.warmup;
+    let end = start + opts.duration;
+    let mut total = n as u64;
+    let mut next = start;
+    let mut fit = Slope::default();
+    loop {
+        let n = rx.recv(&mut buf)?;
+        let now = Instant::now();
+        while next <= now && next <= end {
+            fit.add((next - start).as_secs_f64(), total as f64);
+            next += GOODPUT_TICK;
+        }
+        total += n as u64;
+        if now >= end {
+            break;
+        }
+    }
+    let bytes_per_sec = fit
+        .slope()
+        .context("saturation interval too short to fit")?;
+    Ok(bytes_per_sec * 8.0)
+}
+
 /// What the profile says the measurements should be.
 #[derive(Debug, Clone, Serialize)]
 pub struct Expected {
@@ -398,6 +514,9 @@ pub struct Calibration {
     pub rtt_min_ms: f64,
     /// Every RTT sample, ms.
     pub rtt_samples_ms: Vec<f64>,
+    /// The link's own rate: UDP payload delivered under a load above the down rate,
+    /// Mbit/s (`None` without a down rate), and its ceiling `rate × 1472/1500`.
+    pub saturated: Option<SaturatedRate>,
     /// One flow's goodput after slow start, Mbit/s.
     pub goodput_mbps: f64,
     /// Congestion control of that flow.
@@ -428,10 +547,15 @@ pub fn expected(topo: &Topology) -> Expected {
     }
 }
 
-/// Runs the three measurements in turn: RTT (median of `rtt_n`), one BBR flow's
-/// goodput, and loss over `loss_n` probes.
+/// Runs the measurements in turn: RTT (median of `rtt_n`), the link's rate under a
+/// saturating load (with a down rate), one BBR flow's goodput, and loss over `loss_n`
+/// probes.
 pub fn calibrate(topo: &Topology, rtt_n: usize, loss_n: u32) -> anyhow::Result<Calibration> {
     let samples = rtt_samples(topo, rtt_n)?;
+    let saturated = match topo.profile().down.rate_bps {
+        Some(_) => Some(saturated_rate(topo, &GoodputOptions::for_profile(topo))?),
+        None => None,
+    };
     let mut opts = GoodputOptions::for_profile(topo);
     opts.congestion_control = Some("bbr".to_string());
     let goodput_bps = goodput(topo, &opts)?;
@@ -443,6 +567,7 @@ pub fn calibrate(topo: &Topology, rtt_n: usize, loss_n: u32) -> anyhow::Result<C
         rtt_ms: ms(median(&samples)),
         rtt_min_ms: ms(shortest(&samples)),
         rtt_samples_ms: samples.iter().map(|d| ms(*d)).collect(),
+        saturated,
         goodput_mbps: goodput_bps / 1e6,
         goodput_cc: "bbr".to_string(),
         loss_rate: loss.rate(),

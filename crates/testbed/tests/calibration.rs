@@ -93,10 +93,22 @@ fn rtt_is_profile_rtt_within_1ms() {
     check_rtt("pacific");
 }
 
+/// The least share of the payload ceiling one BBR flow's goodput must reach. The link's own
+/// rate is held to 3 % by [`the_link_carries_pacific_s_rate_within_3_percent`]; a TCP flow's
+/// goodput depends besides on its sender's control loop, whose delivery-rate samples and
+/// pacing timers run on the same shared cores as the emulator. Measured on two-core virtual
+/// machines: 0–3 % under the ceiling while the emulator kept time (lateness p99 under 1 ms),
+/// 4–8 % under it in every attempt of one CI run, 15–37 % under it in a run here while the
+/// hypervisor took about 9 % of the vCPUs' time (lateness p99 over 20 ms, while the
+/// saturated link still carried its rate within 0.1 %). What this check catches is a TCP
+/// path that cannot fill the link at all: offloads, the MTU, a window or buffer that caps
+/// the flow below half the bandwidth-delay product.
+const BBR_FLOOR: f64 = 0.5;
+
 #[test]
-fn one_bbr_flow_on_pacific_reaches_the_rate_within_3_percent() {
+fn one_bbr_flow_on_pacific_fills_the_link() {
     let _g = serial();
-    if !netns_test_gate("one_bbr_flow_on_pacific_reaches_the_rate_within_3_percent") {
+    if !netns_test_gate("one_bbr_flow_on_pacific_fills_the_link") {
         return;
     }
     within_bound_in_one_attempt("pacific BBR goodput", || {
@@ -107,20 +119,67 @@ fn one_bbr_flow_on_pacific_reaches_the_rate_within_3_percent() {
         // The rate counts whole 1500-byte IP packets; a TCP flow carries 1448 of them.
         let rate = topo.profile().down.rate_bps.unwrap() as f64;
         let ceiling = rate * TCP_PAYLOAD as f64 / 1500.0;
+        let link = topo.long_link_stats().0;
         eprintln!(
-            "pacific BBR goodput {:.2} Mbit/s; payload ceiling {:.2}; {:?}",
+            "pacific BBR goodput {:.2} Mbit/s; payload ceiling {:.2}; emulator's lateness \
+             p99 {} µs, max {} µs; {:?}",
             bps / 1e6,
             ceiling / 1e6,
-            topo.long_link_stats().0.model
+            link.late_quantile_ns(0.99) / 1000,
+            link.max_late_ns / 1000,
+            link.model
         );
         topo.down().unwrap();
-        if (bps / ceiling - 1.0).abs() <= 0.03 {
+        let share = bps / ceiling;
+        if share > 1.03 {
+            Err(format!(
+                "goodput {:.2} Mbit/s exceeds the ceiling {:.2} by more than 3%",
+                bps / 1e6,
+                ceiling / 1e6
+            ))
+        } else if share < BBR_FLOOR {
+            Err(format!(
+                "goodput {:.2} Mbit/s is under {:.0}% of the ceiling {:.2}",
+                bps / 1e6,
+                BBR_FLOOR * 100.0,
+                ceiling / 1e6
+            ))
+        } else {
+            Ok(())
+        }
+    });
+}
+
+#[test]
+fn the_link_carries_pacific_s_rate_within_3_percent() {
+    let _g = serial();
+    if !netns_test_gate("the_link_carries_pacific_s_rate_within_3_percent") {
+        return;
+    }
+    within_bound_in_one_attempt("pacific saturated rate", || {
+        let topo = Topology::up(&Profile::named("pacific").unwrap()).unwrap();
+        let opts = GoodputOptions::for_profile(&topo);
+        let m = calibrate::saturated_rate(&topo, &opts).unwrap();
+        let late = topo.long_link_stats().0;
+        eprintln!(
+            "pacific saturated: {:.2} Mbit/s of payload; ceiling {:.2}; receiver drops {}; \
+             emulator's lateness p99 {} µs, max {} µs; {:?}",
+            m.payload_bps / 1e6,
+            m.ceiling_bps / 1e6,
+            m.receiver_drops,
+            late.late_quantile_ns(0.99) / 1000,
+            late.max_late_ns / 1000,
+            late.model
+        );
+        topo.down().unwrap();
+        if (m.payload_bps / m.ceiling_bps - 1.0).abs() <= 0.03 {
             Ok(())
         } else {
             Err(format!(
-                "goodput {:.2} Mbit/s not within 3% of {:.2}",
-                bps / 1e6,
-                ceiling / 1e6
+                "{:.2} Mbit/s not within 3% of {:.2} ({} datagrams dropped by the receiver)",
+                m.payload_bps / 1e6,
+                m.ceiling_bps / 1e6,
+                m.receiver_drops
             ))
         }
     });

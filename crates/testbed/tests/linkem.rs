@@ -101,6 +101,12 @@ fn calibrate_json_carries_measured_and_profile_values() {
     assert_eq!(v["profile"]["rate_mbps"].as_f64(), Some(10.0));
     assert_eq!(v["profile"]["loss_rate"].as_f64(), Some(0.015));
     assert_eq!(v["rtt_samples_ms"].as_array().map(Vec::len), Some(5));
+    // The saturated rate's ceiling is the profile's rate carrying 1472-byte datagrams; what
+    // crosses is that less the 1.5 % the loss model takes.
+    let ceiling = v["saturated"]["ceiling_bps"].as_f64().unwrap();
+    assert!((ceiling - 10e6 * 1472.0 / 1500.0).abs() < 1.0, "{v}");
+    let carried = v["saturated"]["payload_bps"].as_f64().unwrap() / ceiling;
+    assert!((0.9..1.03).contains(&carried), "{v}");
     // The shortest round trip is the emulated delay within 1 ms; the median also carries the
     // host's own cost of a round trip (the calibration tests' bounds).
     let min = v["rtt_min_ms"].as_f64().unwrap();

@@ -430,6 +430,16 @@ fn calibrate_cmd(
         e.rtt_ms,
         c.rtt_ms - e.rtt_ms
     );
+    if let Some(r) = &c.saturated {
+        println!(
+            "  rate     {:.2} Mbit/s  (UDP payload offered at {:.0} % of the rate; ceiling {:.2} = rate x 1472/1500; {:+.1} %; {} dropped by a full receive buffer)",
+            r.payload_bps / 1e6,
+            testbed::calibrate::SATURATE_OVERLOAD * 100.0,
+            r.ceiling_bps / 1e6,
+            (r.payload_bps / r.ceiling_bps - 1.0) * 100.0,
+            r.receiver_drops
+        );
+    }
     match e.goodput_ceiling_mbps {
         Some(ceil) => println!(
             "  goodput  {:.2} Mbit/s  ({} after slow start; ceiling {:.2} = rate x 1448/1500; {:+.1} %)",
