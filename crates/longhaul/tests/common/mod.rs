@@ -377,50 +377,17 @@ impl Nginx {
     }
 }
 
-pub fn start_nginx(files: &[(&str, usize)]) -> Nginx {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let www = d.join("www");
-    std::fs::create_dir_all(www.join("up")).unwrap();
-    std::fs::create_dir_all(d.join("tmp")).unwrap();
-    for (i, (name, size)) in files.iter().enumerate() {
-        std::fs::write(www.join(name), pattern(*size, i as u64 + 7)).unwrap();
-    }
-    let cert = d.join("cert.pem");
-    let key = d.join("key.pem");
-    let st = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl");
-    assert!(st.success(), "openssl req failed");
-    let http = free_port();
-    let https = free_port();
-    let user = if std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0"))
-        .unwrap_or(false)
-    {
-        "user root root;"
-    } else {
-        ""
-    };
-    let conf = format!(
+/// nginx's configuration for [`start_nginx`]: plain HTTP on `http`, TLS on `https`.
+fn nginx_conf(
+    user: &str,
+    d: &Path,
+    www: &Path,
+    cert: &Path,
+    key: &Path,
+    http: u16,
+    https: u16,
+) -> String {
+    format!(
         r#"{user}
 worker_processes 1;
 daemon off;
@@ -455,27 +422,102 @@ http {{
         www = www.display(),
         cert = cert.display(),
         key = key.display(),
-    );
-    let conf_path = d.join("nginx.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let args = vec![
-        "-e".to_string(),
-        d.join("error.log").to_string_lossy().into(),
-        "-p".to_string(),
-        d.to_string_lossy().into(),
-        "-c".into(),
-        conf_path.to_string_lossy().into(),
-    ];
-    let mut proc = spawn(Path::new("/usr/sbin/nginx"), &args, d.join("nginx.out"));
-    proc.term_first = true;
-    wait_port(
-        format!("127.0.0.1:{http}").parse().unwrap(),
-        Duration::from_secs(10),
-    );
-    wait_port(
-        format!("127.0.0.1:{https}").parse().unwrap(),
-        Duration::from_secs(10),
-    );
+    )
+}
+
+pub fn start_nginx(files: &[(&str, usize)]) -> Nginx {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let www = d.join("www");
+    std::fs::create_dir_all(www.join("up")).unwrap();
+    std::fs::create_dir_all(d.join("tmp")).unwrap();
+    for (i, (name, size)) in files.iter().enumerate() {
+        std::fs::write(www.join(name), pattern(*size, i as u64 + 7)).unwrap();
+    }
+    let cert = d.join("cert.pem");
+    let key = d.join("key.pem");
+    let st = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(st.success(), "openssl req failed");
+    let user = if std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0"))
+        .unwrap_or(false)
+    {
+        "user root root;"
+    } else {
+        ""
+    };
+    // As `spawn_on_free_port`: a port free when chosen can be taken (by a parallel test's
+    // client connection, say) before nginx binds it; nginx then logs "Address already in use"
+    // and gives up, and is started again on other ports. It writes its pid file only after
+    // every listener is bound, so ports that accept before that may be another process's.
+    let pid_file = d.join("nginx.pid");
+    let mut attempt = 0;
+    let (proc, http, https) = loop {
+        attempt += 1;
+        let http = free_port();
+        let https = free_port();
+        let conf = nginx_conf(user, d, &www, &cert, &key, http, https);
+        let conf_path = d.join("nginx.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let _ = std::fs::remove_file(d.join("error.log"));
+        let _ = std::fs::remove_file(&pid_file);
+        let args = vec![
+            "-e".to_string(),
+            d.join("error.log").to_string_lossy().into(),
+            "-p".to_string(),
+            d.to_string_lossy().into(),
+            "-c".into(),
+            conf_path.to_string_lossy().into(),
+        ];
+        let mut proc = spawn(Path::new("/usr/sbin/nginx"), &args, d.join("nginx.out"));
+        proc.term_first = true;
+        let start = Instant::now();
+        let started = loop {
+            if pid_file.exists() {
+                break true;
+            }
+            let log =
+                std::fs::read_to_string(d.join("error.log")).unwrap_or_default() + &proc.log_text();
+            if log.contains("Address already in use") {
+                break false;
+            }
+            if proc.child.try_wait().expect("try_wait").is_some() {
+                panic!("nginx exited before binding its ports:\n{log}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "nginx did not bind its ports within 10 s:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if started {
+            break (proc, http, https);
+        }
+        drop(proc);
+        assert!(attempt < 10, "nginx: no free ports in 10 tries");
+    };
+    wait_port(loopback(http), Duration::from_secs(10));
+    wait_port(loopback(https), Duration::from_secs(10));
     Nginx {
         proc,
         http,
