@@ -63,13 +63,43 @@ impl Drop for Proc {
     }
 }
 
-/// A port that was free a moment ago.
+/// Ports set aside for the listeners the tests start: the span just below the kernel's
+/// ephemeral range (`net.ipv4.ip_local_port_range`, 32768–60999 by default), up to this many.
+const TEST_PORT_SPAN: u16 = 12_000;
+
+/// A port on 127.0.0.1 free a moment ago, for a process the test is about to start.
+///
+/// It is taken below the kernel's ephemeral range, from which the kernel picks the source port
+/// of every client connection: a port chosen inside it while free can become a parallel test's
+/// client port before the process binds it (nginx then exits with "Address already in use").
+/// Below the range only another listener can hold it; each test process walks the span from
+/// its own starting point, so the tests of one process never get the same port twice.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let low = ephemeral_low.saturating_sub(TEST_PORT_SPAN).max(1024);
+    let span = u32::from(ephemeral_low.saturating_sub(low));
+    if span < 1000 {
+        // No room below the range on this host: let the kernel choose, as before.
+        return TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+    }
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    for _ in 0..span {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = low + ((start + k) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free TCP port on 127.0.0.1 in {low}..{ephemeral_low}");
 }
 
 /// `127.0.0.1:port`.
