@@ -221,15 +221,28 @@ fn receive(mut s: TcpStream, opts: &GoodputOptions) -> anyhow::Result<f64> {
     let mut buf = vec![0u8; 256 * 1024];
     let n = s.read(&mut buf)?;
     ensure!(n > 0, "bulk sender closed before sending");
-    let first = Instant::now();
-    let start = first + opts.warmup;
+    fit_rate(n, opts, || {
+        let n = s.read(&mut buf)?;
+        ensure!(n > 0, "bulk sender closed early");
+        Ok(n)
+    })
+}
+
+/// The rate of a flow whose first `first` bytes just arrived, each later call of `read`
+/// returning the bytes of the next arrival: the least-squares slope of the byte count against
+/// time, sampled every [`GOODPUT_TICK`] over `opts.duration` after `opts.warmup`, in bit/s.
+fn fit_rate(
+    first: usize,
+    opts: &GoodputOptions,
+    mut read: impl FnMut() -> anyhow::Result<usize>,
+) -> anyhow::Result<f64> {
+    let start = Instant::now() + opts.warmup;
     let end = start + opts.duration;
-    let mut total = n as u64;
+    let mut total = first as u64;
     let mut next = start;
     let mut fit = Slope::default();
     loop {
-        let n = s.read(&mut buf)?;
-        ensure!(n > 0, "bulk sender closed early");
+        let n = read()?;
         let now = Instant::now();
         // Ticks that passed while this read waited saw the count before it.
         while next <= now && next <= end {
@@ -241,7 +254,7 @@ fn receive(mut s: TcpStream, opts: &GoodputOptions) -> anyhow::Result<f64> {
             break;
         }
     }
-    let bytes_per_sec = fit.slope().context("goodput interval too short to fit")?;
+    let bytes_per_sec = fit.slope().context("interval too short to fit a rate")?;
     Ok(bytes_per_sec * 8.0)
 }
 
@@ -447,28 +460,7 @@ fn receive_datagrams(rx: &UdpSocket, opts: &GoodputOptions) -> anyhow::Result<f6
     rx.set_read_timeout(Some(IO_TIMEOUT))?;
     let mut buf = [0u8; 2048];
     let n = rx.recv(&mut buf)?;
-    let first = Instant::now();
-    let start = first + opts.warmup;
-    let end = start + opts.duration;
-    let mut total = n as u64;
-    let mut next = start;
-    let mut fit = Slope::default();
-    loop {
-        let n = rx.recv(&mut buf)?;
-        let now = Instant::now();
-        while next <= now && next <= end {
-            fit.add((next - start).as_secs_f64(), total as f64);
-            next += GOODPUT_TICK;
-        }
-        total += n as u64;
-        if now >= end {
-            break;
-        }
-    }
-    let bytes_per_sec = fit
-        .slope()
-        .context("saturation interval too short to fit")?;
-    Ok(bytes_per_sec * 8.0)
+    fit_rate(n, opts, || Ok(rx.recv(&mut buf)?))
 }
 
 /// What the profile says the measurements should be.
