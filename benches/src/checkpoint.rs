@@ -12,6 +12,7 @@
 //! It does NOT keep the per-object trials (they are appended to `trials.jsonl` as they happen)
 //! nor decide what a cell contains; the runner does.
 
+use crate::host::HostShare;
 use crate::load::LoadPoint;
 use crate::results::Row;
 use anyhow::{bail, Context, Result};
@@ -34,6 +35,9 @@ pub struct Cell {
     /// Its offered-load points (the `load` cell only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub load: Vec<LoadPoint>,
+    /// The host's CPU shares while it ran; absent in checkpoints from before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostShare>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -140,6 +144,8 @@ pub struct RunCells {
     pub load: Vec<LoadPoint>,
     /// Finished cells.
     pub cells: usize,
+    /// The host's CPU shares of the cells that kept them, as `profile/cell`.
+    pub host: Vec<(String, HostShare)>,
 }
 
 /// Everything the checkpoints under a run directory hold (`DIR/*/cells.jsonl`), whether the
@@ -149,6 +155,7 @@ pub fn read_run(dir: &Path) -> Result<RunCells> {
     let mut rows = Vec::new();
     let mut load = Vec::new();
     let mut cells = 0;
+    let mut host = Vec::new();
     let mut profiles: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path().join(FILE)))
@@ -167,6 +174,14 @@ pub fn read_run(dir: &Path) -> Result<RunCells> {
             match serde_json::from_str::<Cell>(line) {
                 Ok(c) => {
                     cells += 1;
+                    if let Some(h) = c.host {
+                        let profile = path
+                            .parent()
+                            .and_then(|d| d.file_name())
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default();
+                        host.push((format!("{profile}/{}", c.cell), h));
+                    }
                     rows.extend(c.rows);
                     load.extend(c.load);
                 }
@@ -179,6 +194,7 @@ pub fn read_run(dir: &Path) -> Result<RunCells> {
         rows,
         load,
         cells,
+        host,
     })
 }
 
@@ -249,6 +265,11 @@ mod tests {
             cell: "yahoo/replay/http".into(),
             rows: vec![row("direct", true)],
             load: vec![],
+            host: Some(HostShare {
+                seconds: 61.5,
+                busy: 0.4,
+                steal: 0.02,
+            }),
         };
         c.record(cell.clone()).unwrap();
         // A line cut short by a stop in mid-write is ignored.
@@ -265,6 +286,13 @@ mod tests {
         assert_eq!(got.cells, 1);
         assert_eq!(got.rows, cell.rows);
         assert!(got.load.is_empty());
+        assert_eq!(
+            got.host,
+            [("pacific/yahoo/replay/http".to_string(), cell.host.unwrap())]
+        );
+        // Cells checkpointed before the host's shares were kept still read.
+        let old: Cell = serde_json::from_str(r#"{"cell":"x","rows":[]}"#).unwrap();
+        assert_eq!(old.host, None);
         assert!(c.get("google/replay/http").is_none());
         assert!(c.all_done(["yahoo/replay/http".to_string()].iter()));
         assert!(!c.all_done(["yahoo/replay/http".into(), "x".to_string()].iter()));

@@ -15,6 +15,7 @@ pub mod chromium;
 pub mod clients;
 pub mod cost;
 pub mod floor;
+pub mod host;
 pub mod http3;
 pub mod load;
 pub mod model;

@@ -284,6 +284,7 @@ fn report(dir: &Path) -> Result<()> {
         mut rows,
         load,
         cells,
+        host,
     } = longhaul_benches::checkpoint::read_run(dir)?;
     if cells == 0 {
         bail!(
@@ -307,7 +308,15 @@ fn report(dir: &Path) -> Result<()> {
     } else {
         default_workloads_dir()
     };
-    write_run(dir, &workloads_dir, "pageload report", &pre, &rows, &load)?;
+    write_run(
+        dir,
+        &workloads_dir,
+        "pageload report",
+        &pre,
+        &rows,
+        &load,
+        &host,
+    )?;
     println!("{}", dir.join("summary.md").display());
     Ok(())
 }
@@ -614,6 +623,17 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
     );
     let outcome = runner::run_suite(&s, &cx)?;
     let rows = outcome.rows;
+    // The CPUs' shares of this suite's cells (the directory may hold other profiles' runs).
+    let host: Vec<_> = longhaul_benches::checkpoint::read_run(&out)
+        .map(|r| r.host)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(cell, _)| {
+            s.profiles
+                .iter()
+                .any(|p| cell.starts_with(&format!("{p}/")))
+        })
+        .collect();
     let pre = format!(
         "Suite `{}`: profiles {:?}, {} repetitions per cell, order shuffled per repetition (seed {}). \
          HTTPS origins offered {} by ALPN (`--origin-alpn {}`).",
@@ -634,6 +654,7 @@ fn suite(name: &str, a: SuiteArgs) -> Result<()> {
         &pre,
         &rows,
         &outcome.load,
+        &host,
     )?;
     if suites::named(name).is_some_and(|d| d.prints_tables) {
         print!("{}", results::markdown_table(&rows));
@@ -717,7 +738,7 @@ impl Drop for PinnedBuild {
 
 /// Writes a run directory's results.json, summary.md (titled `title`, `pre` before the table),
 /// load.json when there are load points, and the plots; the split-proxy model is computed from
-/// the page models in `workloads_dir`.
+/// the page models in `workloads_dir`; `host` gives the CPUs' shares of the checkpointed cells.
 fn write_run(
     out: &Path,
     workloads_dir: &Path,
@@ -725,6 +746,7 @@ fn write_run(
     pre: &str,
     rows: &[Row],
     load: &[load::LoadPoint],
+    host: &[(String, longhaul_benches::host::HostShare)],
 ) -> Result<()> {
     results::validate(rows)?;
     std::fs::write(
@@ -739,6 +761,7 @@ fn write_run(
     let mut summary = results::markdown_summary(title, &pre, rows);
     summary.push_str(&model::markdown(rows, &points));
     summary.push_str(&load::markdown(load));
+    summary.push_str(&longhaul_benches::host::markdown(host));
     std::fs::write(out.join("summary.md"), summary)?;
     if !load.is_empty() {
         std::fs::write(out.join("load.json"), serde_json::to_string_pretty(load)?)?;

@@ -272,17 +272,7 @@ fn start_system(
 /// The machine's busy CPU time so far in seconds (all CPUs; `/proc/stat`: user, nice, system,
 /// irq, softirq, steal).
 fn machine_busy_s(tck: u64) -> f64 {
-    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = s.lines().find(|l| l.starts_with("cpu ")) else {
-        return 0.0;
-    };
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let busy: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|i| f.get(*i)).sum();
-    busy as f64 / tck as f64
+    crate::host::CpuTimes::now().map_or(0.0, |t| (t.busy + t.steal) as f64 / tck as f64)
 }
 
 /// Latency of one system over all rounds.

@@ -10,6 +10,7 @@ use crate::bed::{Bed, LinkInfo};
 use crate::checkpoint::{Cell, Checkpoint};
 use crate::clients;
 use crate::floor::{self, LinkModel};
+use crate::host;
 use crate::results::Row;
 use crate::schedule::shuffled_order;
 use crate::systems::{self, Running, Shared, SystemSpec};
@@ -36,6 +37,20 @@ impl ProfileRun<'_> {
 
     pub(super) fn log(&self, line: &str) {
         (self.cx.log)(line)
+    }
+
+    /// The host's CPU shares since `meter` started, logged for the cell `key`.
+    pub(super) fn host_share(&self, key: &str, meter: &host::Meter) -> Option<host::HostShare> {
+        let h = meter.finish();
+        if let Some(h) = h {
+            self.log(&format!(
+                "   {key}: {:.1} min, host busy {:.1} %, steal {:.1} %",
+                h.seconds / 60.0,
+                h.busy * 100.0,
+                h.steal * 100.0
+            ));
+        }
+        h
     }
 }
 
@@ -227,13 +242,16 @@ fn page_cell(
             r.spec.unsupported(scheme).is_none() && pr.suite.measures(&r.spec, &w.id, client)
         })
         .collect();
+    let meter = host::Meter::start();
     rows.extend(measure_cell(pr, &active, number, w, client, scheme));
+    let host = pr.host_share(&key, &meter);
     let missing = pr.suite.missing_in_cell(failed, &w.id, client, scheme);
     if missing.is_empty() {
         cp.record(Cell {
             cell: key,
             rows: rows.clone(),
             load: Vec::new(),
+            host,
         })?;
     } else {
         let names: Vec<String> = missing.iter().map(|s| s.label()).collect();

@@ -7,6 +7,7 @@ use super::{sweep_page, LINUX_INITCWND};
 use crate::bed::Node;
 use crate::checkpoint::{Cell, Checkpoint};
 use crate::clients;
+use crate::host::Meter;
 use crate::load::{LinkPoint, LoadPoint};
 use crate::results::{Params, Row};
 use crate::schedule::shuffled_order;
@@ -26,11 +27,13 @@ pub(super) fn initcwnd_cell(pr: &ProfileRun, cp: &mut Checkpoint) -> Result<Vec<
         pr.log("   initial-window sweep: finished in an earlier run (--resume)");
         return Ok(done.rows.clone());
     }
+    let meter = Meter::start();
     let sweep = initcwnd_sweep(pr)?;
     cp.record(Cell {
         cell: INITCWND_CELL.into(),
         rows: sweep.clone(),
         load: Vec::new(),
+        host: pr.host_share(INITCWND_CELL, &meter),
     })?;
     Ok(sweep)
 }
@@ -61,6 +64,7 @@ pub(super) fn load_cell(
         "   offered load on {wid} (replay, http), {:?} per point",
         pr.suite.load_window
     ));
+    let meter = Meter::start();
     let mut load = Vec::new();
     for sys in running {
         if !pr.suite.offers_load(&sys.spec) {
@@ -74,11 +78,13 @@ pub(super) fn load_cell(
             std::thread::sleep(pr.suite.gap);
         }
     }
+    let host = pr.host_share(LOAD_CELL, &meter);
     if failed.is_empty() {
         cp.record(Cell {
             cell: LOAD_CELL.into(),
             rows: Vec::new(),
             load: load.clone(),
+            host,
         })?;
     } else {
         pr.log(
