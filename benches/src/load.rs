@@ -45,6 +45,9 @@ pub struct LoadPoint {
     /// The long link's up direction (edge → remote: requests and acknowledgements).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub up_link: Option<LinkPoint>,
+    /// How long pages arrived for, seconds (absent in runs made before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_s: Option<f64>,
 }
 
 /// What one direction of the emulated long link saw during one load point.
@@ -293,6 +296,7 @@ mod tests {
             plt_ms_median: Some(7308.0),
             down_link: None,
             up_link: None,
+            window_s: None,
         };
         let linked = LoadPoint {
             down_link: Some(LinkPoint {

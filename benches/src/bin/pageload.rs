@@ -761,6 +761,7 @@ fn write_run(
     let mut summary = results::markdown_summary(title, &pre, rows);
     summary.push_str(&model::markdown(rows, &points));
     summary.push_str(&load::markdown(load));
+    summary.push_str(&longhaul_benches::shipped::markdown(rows, load));
     summary.push_str(&longhaul_benches::host::markdown(host));
     std::fs::write(out.join("summary.md"), summary)?;
     if !load.is_empty() {

@@ -122,6 +122,7 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         plt_ms_median: crate::stats::median(&r.plt_ms),
         down_link,
         up_link,
+        window_s: Some(pr.suite.load_window.as_secs_f64()),
     };
     let link_note = links.map_or(String::new(), |(d, u)| {
         format!(
