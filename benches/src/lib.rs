@@ -28,6 +28,7 @@ pub mod replay;
 pub mod results;
 pub mod runner;
 pub mod schedule;
+pub mod settle;
 pub mod shipped;
 pub mod stats;
 pub mod suites;

@@ -13,6 +13,7 @@ use crate::floor::{self, LinkModel};
 use crate::host;
 use crate::results::Row;
 use crate::schedule::shuffled_order;
+use crate::settle::{self, CellWaits};
 use crate::systems::{self, Running, Shared, SystemSpec};
 use crate::workload::Workload;
 use anyhow::{anyhow, Result};
@@ -37,6 +38,21 @@ impl ProfileRun<'_> {
 
     pub(super) fn log(&self, line: &str) {
         (self.cx.log)(line)
+    }
+
+    /// Between two trials: sleeps the suite's gap, then waits until the long link is quiet
+    /// ([`settle`]).
+    pub(super) fn pause(&self) -> settle::Settled {
+        std::thread::sleep(self.suite.gap);
+        settle::wait_quiet(
+            self.link.rate_bps,
+            || {
+                self.bed
+                    .long_link()
+                    .map(|(down, up)| down.offered_bytes + up.offered_bytes)
+            },
+            std::thread::sleep,
+        )
     }
 
     /// The host's CPU shares since `meter` started, logged for the cell `key`.
@@ -321,6 +337,7 @@ fn measure_cell(
         suite.runs
     ));
     let c = clients::lookup(client);
+    let mut waits = CellWaits::default();
     for rep in &order {
         for &i in rep {
             let sys = &active[i];
@@ -332,9 +349,10 @@ fn measure_cell(
                 Ok(v) => samples[i].push(v),
                 Err(e) => errors[i].push(format!("{e:#}")),
             }
-            std::thread::sleep(suite.gap);
+            waits.add(pr.pause(), &sys.spec.label());
         }
     }
+    pr.log(&format!("      {}", waits.line()));
     let mut rows = Vec::new();
     for (i, sys) in active.iter().enumerate() {
         let mut row = Row::measured(

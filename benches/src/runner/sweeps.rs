@@ -75,7 +75,14 @@ pub(super) fn load_cell(
                 Ok(pt) => load.push(pt),
                 Err(e) => pr.log(&format!("      {} at {f}: {e:#}", sys.spec.label())),
             }
-            std::thread::sleep(pr.suite.gap);
+            let s = pr.pause();
+            if !s.busy.is_zero() {
+                pr.log(&format!(
+                    "      long link busy {:.1} s more after the gap{}",
+                    s.busy.as_secs_f64(),
+                    if s.quiet { "" } else { ", still busy" }
+                ));
+            }
         }
     }
     let host = pr.host_share(LOAD_CELL, &meter);
@@ -160,6 +167,7 @@ fn initcwnd_sweep(pr: &ProfileRun) -> Result<Vec<Row>> {
     let order = shuffled_order(suite.initcwnds.len(), suite.runs, suite.seed ^ 0x1c);
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); suite.initcwnds.len()];
     let mut errors: Vec<Vec<String>> = vec![Vec::new(); suite.initcwnds.len()];
+    let mut waits = crate::settle::CellWaits::default();
     for rep in &order {
         for &i in rep {
             bed.set_initcwnd(Node::Origin, suite.initcwnds[i])?;
@@ -167,9 +175,10 @@ fn initcwnd_sweep(pr: &ProfileRun) -> Result<Vec<Row>> {
                 Ok(p) => samples[i].push(p.plt_ms),
                 Err(e) => errors[i].push(format!("{e:#}")),
             }
-            std::thread::sleep(suite.gap);
+            waits.add(pr.pause(), &format!("iw={}", suite.initcwnds[i]));
         }
     }
+    pr.log(&format!("      {}", waits.line()));
     bed.set_initcwnd(Node::Origin, LINUX_INITCWND)?;
     for (i, iw) in suite.initcwnds.iter().enumerate() {
         let params = Params {
