@@ -53,7 +53,11 @@
 //!   gain (multiplicative decrease on delay rather than loss, as TCP Vegas and LEDBAT back
 //!   off), and acknowledgements of packets sent before the decrease are not judged again; at
 //!   or below half the threshold the gain grows by 1.25 per round trip (BBR's probing gain)
-//!   back toward the share; in between it holds (Vegas's alpha/beta band). A link slower than
+//!   back toward the share; in between it holds (Vegas's alpha/beta band). A round in which
+//!   the connection kept less than [`BUSY_FRACTION`] of its window in flight (keep-alives,
+//!   acknowledgements, credit updates) is not cut: the queue is other traffic's, and a cut
+//!   then would leave its next transfer climbing back from the floor, 1.25 per round trip,
+//!   after the queue has gone (its first round answers a queue that is still there). A link slower than
 //!   configured, or one shared with other traffic, therefore sees a queue of about the
 //!   threshold at most after start-up, not the flood a fixed pacing rate would send into it
 //!   (the first round trip goes out at the configured rate).
@@ -446,6 +450,7 @@ impl RateConfig {
             base: BaseRtt::default(),
             srtt: None,
             round_start: now,
+            round_in_flight: 0,
             recovery_start: None,
             decreases: 0,
         }
@@ -516,6 +521,9 @@ pub struct Rate {
     /// quinn's smoothed RTT at the last acknowledgement.
     srtt: Option<Duration>,
     round_start: Instant,
+    /// The most bytes this connection had in flight since the round began: a round in which
+    /// it stayed below [`BUSY_FRACTION`] of its window is not cut for queueing delay.
+    round_in_flight: u64,
     /// Packets sent before this instant are not judged (the last decrease or collapse).
     recovery_start: Option<Instant>,
     decreases: u64,
@@ -614,6 +622,13 @@ impl Rate {
         self.acked_in_flight.saturating_add(self.sent_since_acks)
     }
 
+    /// Whether the connection used its window in the current round: at least
+    /// [`BUSY_FRACTION`] of it in flight at some point since the round began.
+    fn busy_this_round(&self) -> bool {
+        self.round_in_flight.max(self.own_in_flight()) as f64
+            >= self.fair_window() as f64 * BUSY_FRACTION
+    }
+
     /// Brings this connection's entry in the pool's bytes in flight up to date.
     fn publish(&mut self) {
         // Bounded so that the sum over a pool's connections cannot overflow.
@@ -683,6 +698,12 @@ impl Rate {
         let limit = threshold(self.base_rtt());
 
         match self.queueing() {
+            // A connection that only sent keep-alives, acknowledgements or credit in this round
+            // did not make the queue and is not sending at its rate: the delay is other
+            // traffic's. Cutting its gain would leave it, when its next transfer starts, to
+            // climb back from the floor for many round trips after the queue has gone; if the
+            // queue is still there then, its own first round answers it.
+            Some(q) if q > limit && !self.busy_this_round() => self.new_round(now),
             Some(q) if q > limit => self.decrease(now),
             Some(q) if q <= limit / 2 => {
                 let f = if self.restarting { 2.0 } else { PROBE };
@@ -698,6 +719,7 @@ impl Rate {
 
     fn new_round(&mut self, now: Instant) {
         self.round_start = now;
+        self.round_in_flight = self.own_in_flight();
     }
 
     fn decrease(&mut self, now: Instant) {
@@ -727,9 +749,12 @@ impl Rate {
         if !self.judged(sent) {
             return;
         }
+        // As for delay alone (`end_round`): a loss while the path is queued counts only if
+        // this connection was using its window.
         let queued = self
             .queueing()
-            .is_some_and(|q| q > threshold(self.base_rtt()));
+            .is_some_and(|q| q > threshold(self.base_rtt()))
+            && self.busy_this_round();
         if lost_bytes == 0 || queued {
             self.decrease(now);
         }
@@ -744,6 +769,7 @@ impl Rate {
         self.refresh_hold(now);
         self.acked_in_flight = in_flight;
         self.sent_since_acks = 0;
+        self.round_in_flight = self.round_in_flight.max(in_flight);
         self.publish();
         let bulk = self.is_bulk();
         if (in_flight as f64) < self.fair_window() as f64 * BUSY_FRACTION {
@@ -774,6 +800,7 @@ impl Rate {
         self.refresh_hold(now);
         if bytes >= DATA_DATAGRAM {
             self.sent_since_acks += bytes;
+            self.round_in_flight = self.round_in_flight.max(self.own_in_flight());
             self.publish();
             if !self.sending {
                 self.update_sending(now, self.is_bulk());
@@ -1038,6 +1065,38 @@ mod tests {
         assert_eq!(d.window(), full);
         // 1.25^19 ≥ 64: about 19 round trips from the floor (one round per sample round).
         assert!(rounds >= 15, "{rounds}");
+    }
+
+    #[test]
+    fn an_idle_connection_is_not_cut_by_other_traffics_queue() {
+        let start = Instant::now();
+        let mut c = RateConfig::new(RATE, BASE).controller(start, 1200);
+        let mut now = start + BASE;
+        c.end_acks(now, 0);
+        c.ack(now, start, BASE);
+        // Twenty round trips of keep-alives (below a data datagram's size) while another
+        // flow keeps 300 ms of queue at the bottleneck.
+        let queued = BASE + 300 * MS;
+        for _ in 0..20 {
+            c.sent(now, 40);
+            let sent = now;
+            now += queued;
+            c.ack(now, sent, queued);
+            c.end_acks(now, 0);
+        }
+        assert_eq!(c.decreases(), 0);
+        assert_eq!(c.gain(), 1.0);
+        // The same queue while the connection sends at its rate: its own, cut.
+        let window = c.window();
+        for _ in 0..(window / 1200) {
+            c.sent(now, 1200);
+        }
+        let sent = now;
+        now += queued;
+        c.ack(now, sent, queued);
+        c.end_acks(now, window / 2);
+        assert_eq!(c.decreases(), 1);
+        assert!((c.gain() - DECREASE).abs() < 1e-9, "{}", c.gain());
     }
 
     #[test]
