@@ -66,6 +66,7 @@ pub(super) fn load_cell(
     ));
     let meter = Meter::start();
     let mut load = Vec::new();
+    let mut waits = crate::settle::CellWaits::default();
     for sys in running {
         if !pr.suite.offers_load(&sys.spec) {
             continue;
@@ -75,16 +76,10 @@ pub(super) fn load_cell(
                 Ok(pt) => load.push(pt),
                 Err(e) => pr.log(&format!("      {} at {f}: {e:#}", sys.spec.label())),
             }
-            let s = pr.pause();
-            if !s.busy.is_zero() {
-                pr.log(&format!(
-                    "      long link busy {:.1} s more after the gap{}",
-                    s.busy.as_secs_f64(),
-                    if s.quiet { "" } else { ", still busy" }
-                ));
-            }
+            waits.add(pr.pause(), &format!("{} at {f}", sys.spec.label()));
         }
     }
+    pr.log(&format!("      {}", waits.line()));
     let host = pr.host_share(LOAD_CELL, &meter);
     if failed.is_empty() {
         cp.record(Cell {
