@@ -22,9 +22,9 @@
 //!   the default: in the virtual-time model of a lossy long link (`tests/fill.rs`)
 //!   expected completion spreads the load over every connection but carries about as
 //!   much, not more, and the test bed has not measured it yet.
-//! - [`Policy::Pack`]: the first connection, in the pool's order, that carries no bulk
-//!   transfer (a direction past [`BULK_BYTES`], still open); when every one does, as
-//!   least-outstanding. A page's streams then share one connection, where the transport
+//! - [`Policy::Pack`]: the first connection, in the pool's order, that carries no
+//!   transfer (on QUIC a stream past [`TRANSFER_BYTES`] either way, still open); when every
+//!   one does, as least-outstanding. A page's streams then share one connection, where the transport
 //!   orders them (QUIC stream priorities: oldest page first, PROTOCOL.md §8.2) and one
 //!   connection's acknowledgements find its losses, instead of four connections each
 //!   ordering a quarter of the page and competing at the bottleneck; a download is left
@@ -49,6 +49,17 @@ pub const EXPECTED_BINDING_BYTES: u64 = 64 * 1024;
 /// bytes are all bulk is the one a driver holds back while another carries interactive bytes
 /// ([`crate::Session::lane_is_bulk`]). The QUIC carrier classes its streams by the same figure.
 pub const BULK_BYTES: u64 = 1 << 20;
+
+/// Bytes a QUIC stream carries (either way) before its connection counts as carrying a
+/// transfer ([`Load::bulk`]), which [`Policy::Pack`] keeps new streams off. Lower than
+/// [`BULK_BYTES`]: a download placed a second before a page has often not passed 1 MiB yet
+/// when the page's first stream is placed (over HTTPS its tunnel spends two round trips on
+/// TLS first), and a page joining it shares one window with the download's bytes already
+/// queued at the bottleneck. A web object rarely passes 256 KiB (the largest of the
+/// benchmark's Yahoo and Amazon pages are 144 and 160 KB), so one page's streams still pack
+/// onto one connection; over HTTPS a host's tunnel carries many objects and can pass it,
+/// sending that page's later tunnels to another connection.
+pub const TRANSFER_BYTES: u64 = 256 * 1024;
 
 /// Largest page age a receiver honours (PROTOCOL.md §3.2): an OPEN that says its page began
 /// longer ago ranks as if it began this long ago, so no stream can claim to be older than
@@ -159,7 +170,7 @@ pub struct Load {
     pub rate_is_floor: bool,
     /// The connection carries a transfer ([`Policy::Pack`] keeps new streams off it): on a
     /// lane of this session, bulk bytes of this side's are unacknowledged (the session's
-    /// lane accounting); on a QUIC connection, a stream that has carried [`BULK_BYTES`]
+    /// lane accounting); on a QUIC connection, a stream that has carried [`TRANSFER_BYTES`]
     /// either way is open.
     pub bulk: bool,
 }

@@ -565,9 +565,9 @@ pub(crate) struct QConn {
     overhead: AtomicU64,
     /// Open streams on this connection, plus (edge side) slots reserved by opens under way.
     streams: AtomicU32,
-    /// Open streams that have carried [`crate::rate::BULK_BYTES`] either way: the connection
-    /// carries a transfer ([`mux::Policy::Pack`] keeps new streams off it).
-    bulk_streams: AtomicU32,
+    /// Open streams that have carried [`mux::policy::TRANSFER_BYTES`] either way: the
+    /// connection carries a transfer ([`mux::Policy::Pack`] keeps new streams off it).
+    transfer_streams: AtomicU32,
     /// Smallest smoothed RTT quinn reported when the pool looked, microseconds (`u64::MAX`
     /// before the first look): quinn 0.11's path statistics have no minimum RTT.
     min_rtt_us: AtomicU64,
@@ -605,7 +605,7 @@ impl QConn {
             written: AtomicU64::new(0),
             overhead: AtomicU64::new(0),
             streams: AtomicU32::new(0),
-            bulk_streams: AtomicU32::new(0),
+            transfer_streams: AtomicU32::new(0),
             min_rtt_us: AtomicU64::new(u64::MAX),
             queue,
             closed_why: std::sync::OnceLock::new(),
@@ -660,7 +660,7 @@ impl QConn {
                 .unwrap_or(u64::MAX),
             rtt_us: min,
             rate_is_floor: unsent == 0 && streams == 0,
-            bulk: self.bulk_streams.load(Ordering::Relaxed) > 0,
+            bulk: self.transfer_streams.load(Ordering::Relaxed) > 0,
         }
     }
 
@@ -768,9 +768,9 @@ pub(crate) struct QuicStream {
     /// Our direction's class for the connection's controller: interactive until it has
     /// carried [`crate::rate::BULK_BYTES`], when quinn's priority of the stream drops too.
     class: SendClass,
-    /// Counted in the connection's `bulk_streams` (one direction has carried
-    /// [`crate::rate::BULK_BYTES`]).
-    bulk: bool,
+    /// Counted in the connection's `transfer_streams` (one direction has carried
+    /// [`mux::policy::TRANSFER_BYTES`]).
+    transfer: bool,
 }
 
 impl QuicStream {
@@ -806,7 +806,7 @@ impl QuicStream {
             recv_done: false,
             written: 0,
             class,
-            bulk: false,
+            transfer: false,
         }
     }
 
@@ -822,11 +822,12 @@ impl QuicStream {
         self.received
     }
 
-    /// Counts the stream in its connection's `bulk_streams`, once.
-    fn count_bulk(&mut self) {
-        if !self.bulk {
-            self.bulk = true;
-            self.conn.bulk_streams.fetch_add(1, Ordering::Relaxed);
+    /// Counts the stream in its connection's `transfer_streams` once a direction has
+    /// carried [`mux::policy::TRANSFER_BYTES`].
+    fn count_transfer(&mut self, carried: u64) {
+        if !self.transfer && carried >= mux::policy::TRANSFER_BYTES {
+            self.transfer = true;
+            self.conn.transfer_streams.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -939,9 +940,7 @@ impl AsyncRead for QuicStream {
                     this.recv_done = true;
                 }
                 this.received += n as u64;
-                if this.received >= crate::rate::BULK_BYTES {
-                    this.count_bulk();
-                }
+                this.count_transfer(this.received);
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => {
@@ -974,8 +973,8 @@ impl AsyncWrite for QuicStream {
                     // Least attained service within the connection: a stream that has
                     // carried this much goes after the ones that have not.
                     let _ = this.send.set_priority(BULK_PRIORITY);
-                    this.count_bulk();
                 }
+                this.count_transfer(this.written);
                 Poll::Ready(Ok(n))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(this.map_write(e))),
@@ -1010,8 +1009,8 @@ impl Drop for QuicStream {
         // quinn finishes a dropped send stream gracefully: a truncated reply
         // would look complete. Cancel whatever did not end cleanly.
         self.reset(ErrorCode::CANCEL);
-        if self.bulk {
-            self.conn.bulk_streams.fetch_sub(1, Ordering::Relaxed);
+        if self.transfer {
+            self.conn.transfer_streams.fetch_sub(1, Ordering::Relaxed);
         }
         self.conn.release_slot();
     }

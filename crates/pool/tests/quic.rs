@@ -216,6 +216,30 @@ async fn open_echo(pool: &Pool) -> pool::MuxStream {
         .unwrap()
 }
 
+/// Sends `data` on a stream opened by [`open_echo`] and not used since, and checks that it
+/// comes back after the open's own first byte.
+async fn echo_on(s: &mut pool::MuxStream, data: &[u8]) {
+    let (mut r, mut w) = tokio::io::split(s);
+    let both = async {
+        tokio::join!(
+            async {
+                w.write_all(data).await.unwrap();
+                w.flush().await.unwrap();
+            },
+            async {
+                let mut got = vec![0u8; data.len() + 1];
+                r.read_exact(&mut got).await.unwrap();
+                got
+            }
+        )
+    };
+    let ((), got) = tokio::time::timeout(Duration::from_secs(30), both)
+        .await
+        .expect("the echo came back within 30 s");
+    assert_eq!(got[0], b'x');
+    assert!(got[1..] == data[..], "the echoed bytes differ");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pack_keeps_a_page_on_one_quic_connection_and_a_transfer_on_its_own() {
     let d = keys();
@@ -242,41 +266,34 @@ async fn pack_keeps_a_page_on_one_quic_connection_and_a_transfer_on_its_own() {
         page.push(open_echo(&pool).await);
     }
     assert_eq!(streams_per_connection(&pool), [8, 0, 0]);
-    // One of them carries a transfer (1.5 MiB each way, past BULK_BYTES), and stays open.
-    let mut transfer = page.pop().unwrap();
-    let data = pattern(7, 1_500_000);
-    let (mut r, mut w) = tokio::io::split(&mut transfer);
-    let (wrote, got) = tokio::join!(
-        async {
-            w.write_all(&data).await.unwrap();
-            w.flush().await.unwrap();
-        },
-        async {
-            let mut got = vec![0u8; data.len() + 1];
-            r.read_exact(&mut got).await.unwrap();
-            got
-        }
-    );
-    let () = wrote;
-    assert_eq!(got[0], b'x');
-    assert!(got[1..] == data[..], "the transfer's bytes differ");
+    // A page's object (200 kB each way, short of 256 KiB) does not count as a transfer.
+    let mut object = page.pop().unwrap();
+    echo_on(&mut object, &pattern(3, 200_000)).await;
+    page.push(open_echo(&pool).await);
+    assert_eq!(streams_per_connection(&pool), [9, 0, 0]);
+    page.push(object);
+    // One of them carries a transfer (300 kB each way: past the 256 KiB at which its
+    // connection counts as carrying one, short of the 1 MiB at which it turns bulk), and
+    // stays open.
+    let mut transfer = page.remove(0);
+    echo_on(&mut transfer, &pattern(7, 300_000)).await;
     // The next page's streams go to the next connection, which carries no transfer.
     let mut next = Vec::new();
     for _ in 0..3 {
         next.push(open_echo(&pool).await);
     }
-    assert_eq!(streams_per_connection(&pool), [8, 3, 0]);
+    assert_eq!(streams_per_connection(&pool), [9, 3, 0]);
     // The transfer ends: the first connection takes new streams again.
     drop(transfer);
     tokio::time::timeout(Duration::from_secs(5), async {
-        while streams_per_connection(&pool)[0] != 7 {
+        while streams_per_connection(&pool)[0] != 8 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await
     .unwrap();
     let _again = open_echo(&pool).await;
-    assert_eq!(streams_per_connection(&pool), [8, 3, 0]);
+    assert_eq!(streams_per_connection(&pool), [9, 3, 0]);
     drop((page, next, _again));
     pool.close(Duration::from_secs(2)).await;
     server.shutdown(Duration::from_secs(1)).await;
