@@ -1,10 +1,26 @@
 //! Offered against carried load (seed 001 figure 5a): page loads arrive as a Poisson process at a
 //! chosen rate for a fixed window, each loaded by the replay client through the system.
 //!
-//! Offered load = arrival rate × page bytes × 8. Carried load = body bytes of the completed loads
-//! ÷ the time from the first arrival until the last load ended (so an overloaded link shows up as
-//! carried load levelling off while the time stretches). Headers and TCP/IP overhead are not
-//! counted on either side.
+//! Offered load = arrival rate × page bytes × 8 (the rate asked for); the draw's own arrivals
+//! offer their count × page bytes × 8 ÷ the window (`arrived`, which a Poisson draw puts a few
+//! per cent either side of it). Carried load is measured two ways:
+//!
+//! - **steady** ([`steady_carried`]): body bytes whose object's last byte arrived between a
+//!   warm-up and the end of the arrival window, ÷ that interval. While pages keep arriving a
+//!   link that keeps up delivers what arrives and one that does not delivers its capacity. The
+//!   warm-up is the point's median page load time, at least a quarter and at most half of the
+//!   window (the interval then starts once the first pages' replies are flowing). It is held
+//!   against what fell **due** in the interval ([`due_offered`]): the pages that arrived one
+//!   mean byte delay (arrival to last byte, weighted by bytes) before it, so that steady ÷ due
+//!   is the fraction carried, neither biased by how long one page takes nor moved by the draw
+//!   putting more or fewer arrivals into the interval than into the whole window.
+//! - **to the last load's end**: body bytes of the completed loads ÷ the time from the start
+//!   until the last load ended (an overloaded link shows as carried load levelling off while
+//!   the time stretches). It counts the last page's load time as if the link were idle then,
+//!   so a link that serves every page at its idle pace still reads window ÷ (window + load
+//!   time) of offered: 0.93 with a 3.2 s page in a 40 s window (satellite's Yahoo page).
+//!
+//! Headers and TCP/IP overhead are not counted on either side; failed loads carry nothing.
 
 use crate::replay::{self, ReplayConfig};
 use crate::workload::Workload;
@@ -28,10 +44,23 @@ pub struct LoadPoint {
     pub system: String,
     /// Workload id.
     pub workload: String,
-    /// Offered load in Mbit/s.
+    /// Offered load in Mbit/s (the rate asked for).
     pub offered_mbit: f64,
-    /// Carried load in Mbit/s.
+    /// Carried load in Mbit/s, to the last load's end (module docs).
     pub carried_mbit: f64,
+    /// Load the draw's arrivals offered, Mbit/s (absent in runs made before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrived_mbit: Option<f64>,
+    /// Steady carried load, Mbit/s ([`steady_carried`]; absent in runs made before it was
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_mbit: Option<f64>,
+    /// Where the steady interval began, seconds into the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady_from_s: Option<f64>,
+    /// Load that fell due in the steady interval, Mbit/s ([`due_offered`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_mbit: Option<f64>,
     /// Page loads completed.
     pub pages: usize,
     /// Page loads failed (including arrivals refused above the in-flight bound).
@@ -63,6 +92,17 @@ pub struct LinkPoint {
     pub queue_wait_ms_mean: f64,
 }
 
+impl LoadPoint {
+    /// Carried ÷ offered: steady ÷ due where the point recorded both, else (older runs)
+    /// carried to the last load's end ÷ the rate asked for.
+    pub fn carried_fraction(&self) -> Option<f64> {
+        match (self.steady_mbit, self.due_mbit) {
+            (Some(c), Some(a)) if a > 0.0 => Some(c / a),
+            _ => (self.offered_mbit > 0.0).then(|| self.carried_mbit / self.offered_mbit),
+        }
+    }
+}
+
 impl LinkPoint {
     /// The difference between two readings of the same direction's counters.
     pub fn between(
@@ -87,10 +127,18 @@ impl LinkPoint {
 /// What one run at one rate measured (before labelling).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadRun {
-    /// Offered load in Mbit/s.
+    /// Offered load in Mbit/s (the rate asked for).
     pub offered_mbit: f64,
-    /// Carried load in Mbit/s.
+    /// Load the arrivals offered, Mbit/s.
+    pub arrived_mbit: f64,
+    /// Carried load in Mbit/s, to the last load's end.
     pub carried_mbit: f64,
+    /// Steady carried load, Mbit/s ([`steady_carried`]).
+    pub steady_mbit: f64,
+    /// Where the steady interval began, seconds into the window.
+    pub steady_from_s: f64,
+    /// Load that fell due in the steady interval, Mbit/s ([`due_offered`]).
+    pub due_mbit: f64,
     /// Completed loads.
     pub pages: usize,
     /// Failed loads.
@@ -108,14 +156,19 @@ pub fn markdown(points: &[LoadPoint]) -> String {
     }
     let mut s = String::from(
         "\n## Offered load (page loads arriving as a Poisson process)\n\n\
-         Carried = body bytes of the completed loads / time until the last one ended. \
-         Down link: the emulated long link from remote to edge during the point (replies); \
-         up link: from edge to remote (requests and acknowledgements).\n\n\
-         | profile | workload | system | offered Mbit/s | carried Mbit/s | pages | failed | \
+         Offered: the rate asked for; arrived: what the draw's arrivals offered. Steady carried: \
+         body bytes delivered from the warm-up (the median page load time, a quarter to half \
+         of the window) to the window's end, per second, of what fell due then (the pages that \
+         arrived one mean byte delay earlier); carried to the end: body bytes of the \
+         completed loads / time until the last one ended (it reads below offered by the last \
+         page's load time). Down link: the emulated long link from remote to edge during the \
+         point (replies); up link: from edge to remote (requests and acknowledgements).\n\n\
+         | profile | workload | system | offered Mbit/s | arrived Mbit/s | steady carried Mbit/s | \
+         carried to the end Mbit/s | pages | failed | \
          median PLT ms | down-link queue drops | down-link random losses | \
          down-link mean queue wait ms | up-link queue drops | up-link random losses | \
          up-link mean queue wait ms |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let cells = |l: Option<LinkPoint>| {
         l.map_or((String::new(), String::new(), String::new()), |d| {
@@ -131,11 +184,17 @@ pub fn markdown(points: &[LoadPoint]) -> String {
         let (up_drops, up_lost, up_wait) = cells(p.up_link);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {:.1} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} |",
+            "| {} | {} | {} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} |",
             p.profile,
             p.workload,
             p.system,
             p.offered_mbit,
+            p.arrived_mbit.map_or(String::new(), |a| format!("{a:.1}")),
+            p.steady_mbit.map_or(String::new(), |c| {
+                let due = p.due_mbit.map_or(String::new(), |d| format!(" of {d:.1} due"));
+                let from = p.steady_from_s.map_or(String::new(), |f| format!(" from {f:.0} s"));
+                format!("{c:.1}{due}{from}")
+            }),
             p.carried_mbit,
             p.pages,
             p.failures,
@@ -164,6 +223,52 @@ pub fn poisson_arrivals(rate: f64, window: f64, seed: u64) -> Vec<f64> {
     }
 }
 
+/// The steady carried load of one point: `(from, Mbit/s)`, the body bytes of `completions`
+/// (seconds into the window at which an object's last byte arrived, its bytes) whose time lies
+/// in `[from, window]`, ÷ `window − from`; `from` is `median_plt` (seconds) bounded to a
+/// quarter and half of `window` (a quarter without a median). Objects of loads still in flight
+/// at the window's end are not counted: while arrivals continue a link that keeps up has
+/// delivered what arrived up to about a page load before, which the warm-up leaves out at the
+/// start just as the end leaves it out.
+pub fn steady_carried(
+    window: f64,
+    completions: &[(f64, u64)],
+    median_plt: Option<f64>,
+) -> (f64, f64) {
+    if window <= 0.0 || !window.is_finite() {
+        return (0.0, 0.0);
+    }
+    let from = median_plt
+        .filter(|m| m.is_finite())
+        .unwrap_or(0.0)
+        .clamp(window / 4.0, window / 2.0);
+    let bytes: u64 = completions
+        .iter()
+        .filter(|(t, _)| (from..=window).contains(t))
+        .map(|(_, b)| b)
+        .sum();
+    (from, bytes as f64 * 8.0 / (window - from) / 1e6)
+}
+
+/// What fell due in the steady interval `[from, window]`, Mbit/s: the pages of `arrivals`
+/// (seconds into the window, `page_bits` each) that arrived in the interval moved back by
+/// `delay`, the mean time from a page's arrival to its bytes' delivery (weighted by bytes),
+/// clipped to the window's start. A link that keeps up delivers in the interval what fell due
+/// in it, whatever the draw put there; one that does not delivers less.
+pub fn due_offered(window: f64, from: f64, delay: f64, arrivals: &[f64], page_bits: f64) -> f64 {
+    let delay = if delay.is_finite() {
+        delay.max(0.0)
+    } else {
+        0.0
+    };
+    let (lo, hi) = ((from - delay).max(0.0), (window - delay).max(0.0));
+    if hi <= lo {
+        return 0.0;
+    }
+    let n = arrivals.iter().filter(|a| (lo..hi).contains(*a)).count();
+    n as f64 * page_bits / (hi - lo) / 1e6
+}
+
 /// Page arrival rate that offers `mbit` Mbit/s of `w`'s bytes.
 pub fn rate_for(w: &Workload, mbit: f64) -> f64 {
     let bits = w.total_bytes() as f64 * 8.0;
@@ -183,6 +288,7 @@ pub async fn run(
     seed: u64,
 ) -> Result<LoadRun> {
     let arrivals = poisson_arrivals(rate, window.as_secs_f64(), seed);
+    let arrived = arrivals.clone();
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut tally = Tally::default();
@@ -198,7 +304,8 @@ pub async fn run(
             continue;
         }
         let (w, cfg) = (w.clone(), cfg.clone());
-        tasks.spawn(async move { replay::load_page(&w, &cfg).await });
+        let began = start.elapsed().as_secs_f64();
+        tasks.spawn(async move { (began, replay::load_page(&w, &cfg).await) });
     }
     let deadline = Instant::now() + DEFAULT_DRAIN;
     loop {
@@ -213,9 +320,29 @@ pub async fn run(
         }
     }
     let elapsed = start.elapsed().as_secs_f64().max(window.as_secs_f64());
+    let page_bits = w.total_bytes() as f64 * 8.0;
+    let median = crate::stats::median(&tally.plt).map(|m| m / 1e3);
+    let (steady_from_s, steady_mbit) =
+        steady_carried(window.as_secs_f64(), &tally.completions, median);
+    let delay = if tally.delivered > 0.0 {
+        tally.delay_weighted / tally.delivered
+    } else {
+        0.0
+    };
+    let due_mbit = due_offered(
+        window.as_secs_f64(),
+        steady_from_s,
+        delay,
+        &arrived,
+        page_bits,
+    );
     Ok(LoadRun {
-        offered_mbit: rate * w.total_bytes() as f64 * 8.0 / 1e6,
+        offered_mbit: rate * page_bits / 1e6,
+        arrived_mbit: arrived.len() as f64 * page_bits / window.as_secs_f64().max(1e-9) / 1e6,
         carried_mbit: tally.bytes as f64 * 8.0 / elapsed / 1e6,
+        steady_mbit,
+        steady_from_s,
+        due_mbit,
         pages: tally.plt.len(),
         failures: tally.failures,
         plt_ms: tally.plt,
@@ -228,13 +355,27 @@ struct Tally {
     bytes: u64,
     plt: Vec<f64>,
     failures: usize,
+    /// Each object of the completed loads: when its last byte arrived (seconds from the
+    /// point's start) and its body bytes: the window's arrivals × the page's objects at most.
+    completions: Vec<(f64, u64)>,
+    /// Σ bytes × seconds from the page's start to the object's last byte, and Σ bytes, of the
+    /// completed loads' objects: their mean byte delay.
+    delay_weighted: f64,
+    delivered: f64,
 }
 
 impl Tally {
-    fn record(&mut self, r: Result<Result<replay::PageLoad>, tokio::task::JoinError>) {
+    /// Records one load that began `began` seconds into the point.
+    fn record(&mut self, r: Result<(f64, Result<replay::PageLoad>), tokio::task::JoinError>) {
         match r {
-            Ok(Ok(p)) => {
+            Ok((began, Ok(p))) => {
                 self.bytes += p.objects.iter().map(|o| o.bytes).sum::<u64>();
+                self.completions
+                    .extend(p.objects.iter().map(|o| (began + o.done_ms / 1e3, o.bytes)));
+                for o in &p.objects {
+                    self.delay_weighted += o.bytes as f64 * o.done_ms / 1e3;
+                    self.delivered += o.bytes as f64;
+                }
                 self.plt.push(p.plt_ms);
             }
             _ => self.failures += 1,
@@ -297,6 +438,10 @@ mod tests {
             down_link: None,
             up_link: None,
             window_s: None,
+            arrived_mbit: None,
+            steady_mbit: None,
+            steady_from_s: None,
+            due_mbit: None,
         };
         let linked = LoadPoint {
             down_link: Some(LinkPoint {
@@ -307,14 +452,149 @@ mod tests {
             }),
             ..pt.clone()
         };
-        let md = markdown(&[pt, linked]);
+        let steady = LoadPoint {
+            arrived_mbit: Some(24.21),
+            steady_mbit: Some(23.96),
+            steady_from_s: Some(10.0),
+            due_mbit: Some(24.5),
+            ..pt.clone()
+        };
+        let md = markdown(&[pt, linked, steady]);
         assert!(md.contains(
-            "| satellite | yahoo | direct | 25.0 | 15.8 | 57 | 0 | 7308 |  |  |  |  |  |  |"
+            "| satellite | yahoo | direct | 25.0 |  |  | 15.8 | 57 | 0 | 7308 |  |  |  |  |  |  |"
         ));
         assert!(
             md.contains("| 7308 | 12 of 20000 | 20 | 212 |  |  |  |"),
             "{md}"
         );
+        assert!(
+            md.contains("| direct | 25.0 | 24.2 | 24.0 of 24.5 due from 10 s | 15.8 | 57 |"),
+            "{md}"
+        );
+    }
+
+    /// A page of `objects` objects of `bytes` each arriving every `gap` seconds for `window`,
+    /// its objects' last bytes arriving evenly over `plt` seconds after it began.
+    fn steady_pages(window: f64, gap: f64, objects: u32, bytes: u64, plt: f64) -> Vec<(f64, u64)> {
+        let mut out = Vec::new();
+        let mut t = gap / 2.0;
+        while t < window {
+            for k in 1..=objects {
+                out.push((t + plt * f64::from(k) / f64::from(objects), bytes));
+            }
+            t += gap;
+        }
+        out
+    }
+
+    #[test]
+    fn a_link_that_keeps_up_carries_what_arrives_whatever_a_page_takes() {
+        // 10 pages a second of 10 × 10 kB for 40 s: 8 Mbit/s arrive.
+        let arrived = 10.0 * 100_000.0 * 8.0 / 1e6;
+        for plt in [0.5, 3.2, 8.0] {
+            let c = steady_pages(40.0, 0.1, 10, 10_000, plt);
+            let (from, steady) = steady_carried(40.0, &c, Some(plt));
+            assert_eq!(from, plt.clamp(10.0, 20.0));
+            assert!(
+                (steady / arrived - 1.0).abs() < 0.01,
+                "{plt}: {steady} of {arrived}"
+            );
+            // To the last load's end, the same loads read window ÷ (window + page time).
+            let total: u64 = c.iter().map(|x| x.1).sum();
+            let end = c.iter().map(|x| x.0).fold(0.0, f64::max);
+            let to_end = total as f64 * 8.0 / end / 1e6;
+            assert!(
+                to_end / arrived <= 40.0 / (40.0 + plt - 0.05) + 1e-9,
+                "{plt}: {to_end}"
+            );
+            if plt > 3.0 {
+                assert!(to_end / arrived < 0.93, "{plt}: {to_end}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_link_that_cannot_keep_up_carries_its_capacity() {
+        // Pages of 100 kB arrive at 20 a second (16 Mbit/s) on a link that serves one page at a
+        // time at 8 Mbit/s (0.1 s a page): the queue grows and the link carries 8.
+        let mut c = Vec::new();
+        let mut free = 0.0_f64;
+        let mut t = 0.025;
+        while t < 40.0 {
+            free = free.max(t) + 0.1;
+            c.push((free, 100_000));
+            t += 0.05;
+        }
+        let plts: Vec<f64> = Vec::new();
+        let (from, steady) = steady_carried(40.0, &c, crate::stats::median(&plts));
+        assert_eq!(from, 10.0, "a quarter of the window without a median");
+        assert!((steady - 8.0).abs() < 0.1, "{steady}");
+    }
+
+    #[test]
+    fn the_warm_up_is_the_median_page_within_a_quarter_and_half_of_the_window() {
+        let c = [(1.0, 1_000_000), (30.0, 1_000_000), (39.0, 1_000_000)];
+        let (from, mbit) = steady_carried(40.0, &c, Some(1.0));
+        assert_eq!(from, 10.0);
+        assert!((mbit - 16.0 / 30.0).abs() < 1e-12, "{mbit}");
+        assert_eq!(steady_carried(40.0, &c, Some(15.0)).0, 15.0);
+        let (from, mbit) = steady_carried(40.0, &c, Some(35.0));
+        assert_eq!(from, 20.0);
+        assert!((mbit - 0.8).abs() < 1e-12, "{mbit}");
+        assert_eq!(steady_carried(40.0, &c, None).0, 10.0);
+        assert_eq!(steady_carried(40.0, &[], Some(3.0)), (10.0, 0.0));
+        assert_eq!(steady_carried(0.0, &c, Some(3.0)), (0.0, 0.0));
+    }
+
+    #[test]
+    fn what_fell_due_follows_the_arrivals_moved_back_by_the_delay() {
+        // One page of 1 Mbit a second at 0.5, 1.5, …, 39.5 s, then 10 more in the last 2 s.
+        let mut a: Vec<f64> = (0..40).map(|k| f64::from(k) + 0.5).collect();
+        a.extend((0..10).map(|k| 38.0 + f64::from(k) / 5.0));
+        // Moved back by 3 s the interval [10, 40] takes the arrivals in [7, 37): 30 of them,
+        // not the burst at the end a link could not have delivered by 40 s.
+        assert!((due_offered(40.0, 10.0, 3.0, &a, 1e6) - 1.0).abs() < 1e-12);
+        // Without delay the burst is due in the interval.
+        assert!((due_offered(40.0, 10.0, 0.0, &a, 1e6) - 40.0 / 30.0).abs() < 1e-12);
+        // A delay beyond the warm-up clips at the window's start: [0, 25) holds 25.
+        assert!((due_offered(40.0, 10.0, 15.0, &a, 1e6) - 1.0).abs() < 1e-12);
+        assert_eq!(due_offered(40.0, 10.0, 50.0, &a, 1e6), 0.0);
+        assert_eq!(due_offered(40.0, 10.0, f64::NAN, &[], 1e6), 0.0);
+    }
+
+    #[test]
+    fn carried_fraction_is_steady_over_due_where_recorded() {
+        let pt = LoadPoint {
+            profile: "satellite".into(),
+            system: "direct".into(),
+            workload: "yahoo".into(),
+            offered_mbit: 45.0,
+            carried_mbit: 41.1,
+            pages: 391,
+            failures: 0,
+            plt_ms_median: Some(3909.0),
+            down_link: None,
+            up_link: None,
+            window_s: Some(40.0),
+            arrived_mbit: None,
+            steady_mbit: None,
+            steady_from_s: None,
+            due_mbit: None,
+        };
+        assert!((pt.carried_fraction().unwrap() - 41.1 / 45.0).abs() < 1e-12);
+        let steady = LoadPoint {
+            arrived_mbit: Some(45.5),
+            steady_mbit: Some(44.0),
+            steady_from_s: Some(10.0),
+            due_mbit: Some(44.5),
+            ..pt.clone()
+        };
+        assert!((steady.carried_fraction().unwrap() - 44.0 / 44.5).abs() < 1e-12);
+        let none = LoadPoint {
+            offered_mbit: 0.0,
+            ..pt
+        };
+        assert_eq!(none.carried_fraction(), None);
     }
 
     #[test]

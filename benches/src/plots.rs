@@ -361,7 +361,7 @@ fn utilisation_lines(path: &Path, profile: &str, pts: &[&LoadPoint]) -> Result<b
         let mut v: Vec<(f64, f64)> = pts
             .iter()
             .filter(|p| p.system == s)
-            .map(|p| (p.offered_mbit, p.carried_mbit))
+            .map(|p| (p.offered_mbit, p.steady_mbit.unwrap_or(p.carried_mbit)))
             .collect();
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         series.push((s, v));

@@ -119,6 +119,10 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         workload: w.id.clone(),
         offered_mbit: r.offered_mbit,
         carried_mbit: r.carried_mbit,
+        arrived_mbit: Some(r.arrived_mbit),
+        steady_mbit: Some(r.steady_mbit),
+        steady_from_s: Some(r.steady_from_s),
+        due_mbit: Some(r.due_mbit),
         pages: r.pages,
         failures: r.failures,
         plt_ms_median: crate::stats::median(&r.plt_ms),
@@ -140,9 +144,13 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         )
     });
     pr.log(&format!(
-        "      {:<40} offered {:>7.1} carried {:>7.1} Mbit/s, {} pages, {} failed, median PLT {} ms{link_note}",
+        "      {:<40} offered {:>7.1} arrived {:>7.1} carried {:>7.1} of {:.1} due (steady from {:.0} s; {:.1} to the last load's end) Mbit/s, {} pages, {} failed, median PLT {} ms{link_note}",
         pt.system,
         pt.offered_mbit,
+        r.arrived_mbit,
+        r.steady_mbit,
+        r.due_mbit,
+        r.steady_from_s,
         pt.carried_mbit,
         pt.pages,
         pt.failures,
