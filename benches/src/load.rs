@@ -288,11 +288,10 @@ pub async fn run(
     seed: u64,
 ) -> Result<LoadRun> {
     let arrivals = poisson_arrivals(rate, window.as_secs_f64(), seed);
-    let arrived = arrivals.clone();
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut tally = Tally::default();
-    for a in arrivals {
+    for &a in &arrivals {
         tokio::time::sleep_until((start + Duration::from_secs_f64(a)).into()).await;
         // Loads that ended leave the set here: the bound counts loads in flight, not every
         // load since the point began.
@@ -324,8 +323,8 @@ pub async fn run(
     let median = crate::stats::median(&tally.plt).map(|m| m / 1e3);
     let (steady_from_s, steady_mbit) =
         steady_carried(window.as_secs_f64(), &tally.completions, median);
-    let delay = if tally.delivered > 0.0 {
-        tally.delay_weighted / tally.delivered
+    let delay = if tally.bytes > 0 {
+        tally.delay_weighted / tally.bytes as f64
     } else {
         0.0
     };
@@ -333,12 +332,12 @@ pub async fn run(
         window.as_secs_f64(),
         steady_from_s,
         delay,
-        &arrived,
+        &arrivals,
         page_bits,
     );
     Ok(LoadRun {
         offered_mbit: rate * page_bits / 1e6,
-        arrived_mbit: arrived.len() as f64 * page_bits / window.as_secs_f64().max(1e-9) / 1e6,
+        arrived_mbit: arrivals.len() as f64 * page_bits / window.as_secs_f64().max(1e-9) / 1e6,
         carried_mbit: tally.bytes as f64 * 8.0 / elapsed / 1e6,
         steady_mbit,
         steady_from_s,
@@ -358,10 +357,9 @@ struct Tally {
     /// Each object of the completed loads: when its last byte arrived (seconds from the
     /// point's start) and its body bytes: the window's arrivals × the page's objects at most.
     completions: Vec<(f64, u64)>,
-    /// Σ bytes × seconds from the page's start to the object's last byte, and Σ bytes, of the
-    /// completed loads' objects: their mean byte delay.
+    /// Σ bytes × seconds from the page's start to the object's last byte over the completed
+    /// loads' objects: ÷ `bytes`, their mean byte delay.
     delay_weighted: f64,
-    delivered: f64,
 }
 
 impl Tally {
@@ -374,7 +372,6 @@ impl Tally {
                     .extend(p.objects.iter().map(|o| (began + o.done_ms / 1e3, o.bytes)));
                 for o in &p.objects {
                     self.delay_weighted += o.bytes as f64 * o.done_ms / 1e3;
-                    self.delivered += o.bytes as f64;
                 }
                 self.plt.push(p.plt_ms);
             }
