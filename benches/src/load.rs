@@ -21,6 +21,13 @@
 //!   time) of offered: 0.93 with a 3.2 s page in a 40 s window (satellite's Yahoo page).
 //!
 //! Headers and TCP/IP overhead are not counted on either side; failed loads carry nothing.
+//!
+//! Each point also gives what the link saw ([`LinkPoint`]: packets, bytes, drops, queueing
+//! delay), the draw's load in the link's own bytes (`wire_load`), and a queueing reference
+//! computed from the draw's arrivals ([`fifo_waits`]): how long pages would wait at a link that
+//! serves whole pages in arrival order at its rate. Near the link's rate a Poisson draw of a
+//! few hundred pages moves that wait by several times from one draw to the next; the reference
+//! tells a draw that would slow any link's pages from a system that slows them.
 
 use crate::replay::{self, ReplayConfig};
 use crate::workload::Workload;
@@ -77,6 +84,17 @@ pub struct LoadPoint {
     /// How long pages arrived for, seconds (absent in runs made before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_s: Option<f64>,
+    /// The draw's arrivals as a share of the long link's rate counted in the bytes the link
+    /// carried: arrived × (down-link bytes ÷ body bytes of the completed loads) ÷ the rate
+    /// (packet headers, replies' headers and retransmissions included; absent without a
+    /// link's byte count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_load: Option<f64>,
+    /// Queueing reference, computed and not measured ([`fifo_waits`]): the median wait of this
+    /// draw's pages in front of a link that serves whole pages first come first served at
+    /// its rate, each page taking its body bytes × the point's wire bytes per body byte, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fifo_wait_ms_median: Option<f64>,
 }
 
 /// What one direction of the emulated long link saw during one load point.
@@ -90,6 +108,10 @@ pub struct LinkPoint {
     pub loss_drops: u64,
     /// Mean time a packet waited in the queue before serialization, ms.
     pub queue_wait_ms_mean: f64,
+    /// Bytes offered to the link: IP packets, headers and retransmissions included (0 in runs
+    /// made before it was recorded).
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 impl LoadPoint {
@@ -113,6 +135,7 @@ impl LinkPoint {
         let wait = after.queue_wait_ns.saturating_sub(before.queue_wait_ns);
         LinkPoint {
             packets: after.offered.saturating_sub(before.offered),
+            bytes: after.offered_bytes.saturating_sub(before.offered_bytes),
             queue_drops: after.dropped_queue.saturating_sub(before.dropped_queue),
             loss_drops: after.dropped_loss.saturating_sub(before.dropped_loss),
             queue_wait_ms_mean: if queued == 0 {
@@ -161,14 +184,18 @@ pub fn markdown(points: &[LoadPoint]) -> String {
          of the window) to the window's end, per second, of what fell due then (the pages that \
          arrived one mean byte delay earlier); carried to the end: body bytes of the \
          completed loads / time until the last one ended (it reads below offered by the last \
-         page's load time). Down link: the emulated long link from remote to edge during the \
+         page's load time). Wire load: arrived in the link's bytes (headers and \
+         retransmissions included) ÷ its rate. FIFO wait: computed, not measured, the median \
+         wait of this draw's pages at a link that serves whole pages first come first served \
+         at its rate. Down link: the emulated long link from remote to edge during the \
          point (replies); up link: from edge to remote (requests and acknowledgements).\n\n\
          | profile | workload | system | offered Mbit/s | arrived Mbit/s | steady carried Mbit/s | \
          carried to the end Mbit/s | pages | failed | \
-         median PLT ms | down-link queue drops | down-link random losses | \
+         median PLT ms | wire load | FIFO wait ms | down-link queue drops | \
+         down-link random losses | \
          down-link mean queue wait ms | up-link queue drops | up-link random losses | \
          up-link mean queue wait ms |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let cells = |l: Option<LinkPoint>| {
         l.map_or((String::new(), String::new(), String::new()), |d| {
@@ -184,7 +211,7 @@ pub fn markdown(points: &[LoadPoint]) -> String {
         let (up_drops, up_lost, up_wait) = cells(p.up_link);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} |",
+            "| {} | {} | {} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} |",
             p.profile,
             p.workload,
             p.system,
@@ -199,6 +226,9 @@ pub fn markdown(points: &[LoadPoint]) -> String {
             p.pages,
             p.failures,
             p.plt_ms_median.map_or("".into(), |m| format!("{m:.0}")),
+            p.wire_load.map_or(String::new(), |l| format!("{l:.2}")),
+            p.fifo_wait_ms_median
+                .map_or(String::new(), |m| format!("{m:.0}")),
         );
     }
     s
@@ -267,6 +297,31 @@ pub fn due_offered(window: f64, from: f64, delay: f64, arrivals: &[f64], page_bi
     }
     let n = arrivals.iter().filter(|a| (lo..hi).contains(*a)).count();
     n as f64 * page_bits / (hi - lo) / 1e6
+}
+
+/// Each page's wait in a first-come-first-served queue in front of one server (Lindley's
+/// recursion): pages arrive at `arrivals` (seconds, ascending) and each takes `service`
+/// seconds of the server. With the link's rate as the server and a page's wire bytes as its
+/// service this is the queueing a page meets at a link that serves whole pages in arrival
+/// order, the order that gives equal pages the least mean wait (serving them side by side
+/// makes each wait for the others). It leaves out that a page's objects come in levels a round
+/// trip apart, which other pages' bytes fill at the link: a reference for a point's median
+/// page, not a bound on it.
+pub fn fifo_waits(arrivals: &[f64], service: f64) -> Vec<f64> {
+    let service = if service.is_finite() {
+        service.max(0.0)
+    } else {
+        0.0
+    };
+    let mut out = Vec::with_capacity(arrivals.len());
+    let mut wait = 0.0_f64;
+    for (k, a) in arrivals.iter().enumerate() {
+        if k > 0 {
+            wait = (wait + service - (a - arrivals[k - 1])).max(0.0);
+        }
+        out.push(wait);
+    }
+    out
 }
 
 /// Page arrival rate that offers `mbit` Mbit/s of `w`'s bytes.
@@ -400,6 +455,7 @@ mod tests {
     fn a_link_point_is_the_difference_of_two_readings() {
         let before = testbed::model::DirectionStats {
             offered: 100,
+            offered_bytes: 15_000,
             dropped_queue: 1,
             dropped_loss: 2,
             queued: 99,
@@ -408,6 +464,7 @@ mod tests {
         };
         let after = testbed::model::DirectionStats {
             offered: 1100,
+            offered_bytes: 1_500_000,
             dropped_queue: 11,
             dropped_loss: 3,
             queued: 1089,
@@ -416,6 +473,7 @@ mod tests {
         };
         let p = LinkPoint::between(&before, &after);
         assert_eq!((p.packets, p.queue_drops, p.loss_drops), (1000, 10, 1));
+        assert_eq!(p.bytes, 1_485_000);
         assert!((p.queue_wait_ms_mean - 40.0).abs() < 1e-9, "{p:?}");
         assert_eq!(LinkPoint::between(&after, &after).queue_wait_ms_mean, 0.0);
     }
@@ -439,6 +497,8 @@ mod tests {
             steady_mbit: None,
             steady_from_s: None,
             due_mbit: None,
+            wire_load: None,
+            fifo_wait_ms_median: None,
         };
         let linked = LoadPoint {
             down_link: Some(LinkPoint {
@@ -446,7 +506,10 @@ mod tests {
                 queue_drops: 12,
                 loss_drops: 20,
                 queue_wait_ms_mean: 212.4,
+                bytes: 28_000_000,
             }),
+            wire_load: Some(0.9572),
+            fifo_wait_ms_median: Some(73.4),
             ..pt.clone()
         };
         let steady = LoadPoint {
@@ -458,10 +521,10 @@ mod tests {
         };
         let md = markdown(&[pt, linked, steady]);
         assert!(md.contains(
-            "| satellite | yahoo | direct | 25.0 |  |  | 15.8 | 57 | 0 | 7308 |  |  |  |  |  |  |"
+            "| satellite | yahoo | direct | 25.0 |  |  | 15.8 | 57 | 0 | 7308 |  |  |  |  |  |  |  |  |"
         ));
         assert!(
-            md.contains("| 7308 | 12 of 20000 | 20 | 212 |  |  |  |"),
+            md.contains("| 7308 | 0.96 | 73 | 12 of 20000 | 20 | 212 |  |  |  |"),
             "{md}"
         );
         assert!(
@@ -577,6 +640,8 @@ mod tests {
             steady_mbit: None,
             steady_from_s: None,
             due_mbit: None,
+            wire_load: None,
+            fifo_wait_ms_median: None,
         };
         assert!((pt.carried_fraction().unwrap() - 41.1 / 45.0).abs() < 1e-12);
         let steady = LoadPoint {
@@ -592,6 +657,34 @@ mod tests {
             ..pt
         };
         assert_eq!(none.carried_fraction(), None);
+    }
+
+    #[test]
+    fn fifo_waits_queue_pages_in_arrival_order() {
+        // Spaced at least a service apart nobody waits.
+        assert_eq!(fifo_waits(&[0.0, 1.0, 2.5], 1.0), vec![0.0, 0.0, 0.0]);
+        // A burst of three waits one and two services; the next, 0.5 s after the burst's
+        // work ends, waits nothing; one 0.5 s after that waits 0.5 s.
+        assert_eq!(
+            fifo_waits(&[0.0, 0.0, 0.0, 3.5, 4.0], 1.0),
+            vec![0.0, 1.0, 2.0, 0.0, 0.5]
+        );
+        assert!(fifo_waits(&[], 1.0).is_empty());
+        assert_eq!(fifo_waits(&[0.0, 0.0], f64::NAN), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn fifo_waits_of_a_poisson_draw_match_the_queueing_formula() {
+        // Poisson arrivals, equal service (M/D/1): mean wait ρ·S ÷ (2 (1 − ρ)), 2 S at ρ = 0.8.
+        let a = poisson_arrivals(0.8, 250_000.0, 7);
+        let w = fifo_waits(&a, 1.0);
+        let mean = w.iter().sum::<f64>() / w.len() as f64;
+        assert!((mean - 2.0).abs() < 0.15, "{mean}");
+        // Near the rate the wait grows as 1 ÷ (1 − ρ): ρ = 0.95 waits about 9.5 S.
+        let a = poisson_arrivals(0.95, 250_000.0, 7);
+        let w95 = fifo_waits(&a, 1.0);
+        let mean95 = w95.iter().sum::<f64>() / w95.len() as f64;
+        assert!(mean95 > 3.0 * mean, "{mean95} against {mean}");
     }
 
     #[test]

@@ -198,6 +198,20 @@ pub fn checks(rows: &[Row], load: &[LoadPoint]) -> Vec<Measure> {
             bound(LOADED_PAGE_BOUND),
             true,
         ));
+        // What queueing alone would do with the same arrivals: a reference, never judged.
+        if let Some(wait) = pt.fifo_wait_ms_median {
+            out.push(check(
+                format!(
+                    "{p} {} at {f:.2} of the rate{}: the same draw at a link serving whole pages \
+                     first come first served (computed): idle + median wait ÷ idle",
+                    pt.workload,
+                    window(pt)
+                ),
+                idle.map(|i| (i + wait) / i),
+                None,
+                true,
+            ));
+        }
     }
     out
 }
@@ -382,6 +396,8 @@ mod tests {
             steady_mbit: None,
             steady_from_s: None,
             due_mbit: None,
+            wire_load: None,
+            fifo_wait_ms_median: None,
         };
         let rows = vec![
             shipped("pacific", "yahoo", "http", 850.0),
@@ -451,14 +467,30 @@ mod tests {
             steady_mbit: Some(44.0),
             steady_from_s: Some(10.0),
             due_mbit: Some(44.5),
+            wire_load: Some(0.95),
+            fifo_wait_ms_median: Some(320.0),
         };
         let rows = vec![shipped("satellite", "yahoo", "http", 3_200.0)];
-        let m = checks(&rows, &[pt]);
+        let m = checks(&rows, std::slice::from_ref(&pt));
         let c = find(
             &m,
             "satellite yahoo at 0.90 of the rate for 40 s: longhaul-quic N=4 rate pack carried",
         );
         assert!((c.measured.unwrap() - 44.0 / 44.5).abs() < 1e-9);
         assert_eq!((c.bound, c.met()), (Some(0.9), Some(true)));
+        // The queueing reference is listed beside the page's ratio, never judged.
+        let r = find(
+            &m,
+            "satellite yahoo at 0.90 of the rate for 40 s: the same draw at a link serving",
+        );
+        assert!((r.measured.unwrap() - 3_520.0 / 3_200.0).abs() < 1e-9);
+        assert_eq!((r.bound, r.met()), (None, None));
+        let without = LoadPoint {
+            fifo_wait_ms_median: None,
+            ..pt
+        };
+        assert!(checks(&rows, &[without])
+            .iter()
+            .all(|c| !c.what.contains("first come first served")));
     }
 }

@@ -113,6 +113,21 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         )
     });
     let (down_link, up_link) = (links.map(|l| l.0), links.map(|l| l.1));
+    // The link's bytes per body byte delivered (the replies' headers, packet headers and
+    // retransmissions), then the draw in those bytes: its share of the rate and the queueing
+    // a first-come-first-served link at the rate would give its pages.
+    let page_bytes = w.total_bytes() as f64;
+    let body = r.pages as f64 * page_bytes;
+    let wire_per_body = down_link
+        .filter(|d| d.bytes > 0 && body > 0.0)
+        .map(|d| d.bytes as f64 / body);
+    let wire_load = wire_per_body.map(|k| r.arrived_mbit * k / (pr.link.rate_bps / 1e6));
+    let fifo_wait_ms_median = wire_per_body.and_then(|k| {
+        let arrivals =
+            crate::load::poisson_arrivals(rate, pr.suite.load_window.as_secs_f64(), seed);
+        let service = page_bytes * 8.0 * k / pr.link.rate_bps;
+        crate::stats::median(&crate::load::fifo_waits(&arrivals, service)).map(|s| s * 1e3)
+    });
     let pt = LoadPoint {
         profile: pr.profile().to_string(),
         system: sys.spec.label(),
@@ -129,6 +144,8 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         down_link,
         up_link,
         window_s: Some(pr.suite.load_window.as_secs_f64()),
+        wire_load,
+        fifo_wait_ms_median,
     };
     let link_note = links.map_or(String::new(), |(d, u)| {
         format!(
@@ -144,7 +161,7 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         )
     });
     pr.log(&format!(
-        "      {:<40} offered {:>7.1} arrived {:>7.1} carried {:>7.1} of {:.1} due (steady from {:.0} s; {:.1} to the last load's end) Mbit/s, {} pages, {} failed, median PLT {} ms{link_note}",
+        "      {:<40} offered {:>7.1} arrived {:>7.1} carried {:>7.1} of {:.1} due (steady from {:.0} s; {:.1} to the last load's end) Mbit/s, {} pages, {} failed, median PLT {} ms, wire load {} of the rate, FIFO-link median wait {} ms (computed){link_note}",
         pt.system,
         pt.offered_mbit,
         r.arrived_mbit,
@@ -154,7 +171,9 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         pt.carried_mbit,
         pt.pages,
         pt.failures,
-        pt.plt_ms_median.map_or("-".into(), |m| format!("{m:.0}"))
+        pt.plt_ms_median.map_or("-".into(), |m| format!("{m:.0}")),
+        pt.wire_load.map_or("-".into(), |l| format!("{l:.2}")),
+        pt.fifo_wait_ms_median.map_or("-".into(), |m| format!("{m:.0}"))
     ));
     Ok(pt)
 }
