@@ -97,6 +97,40 @@ pub struct LoadPoint {
     pub fifo_wait_ms_median: Option<f64>,
 }
 
+#[cfg(test)]
+impl LoadPoint {
+    /// A Yahoo point with what every point records and nothing else (no link counters, no
+    /// window, no steady interval, no reference); tests add the rest with `..`.
+    pub(crate) fn sample(
+        profile: &str,
+        system: &str,
+        offered_mbit: f64,
+        carried_mbit: f64,
+        pages: usize,
+        plt_ms: f64,
+    ) -> Self {
+        LoadPoint {
+            profile: profile.into(),
+            system: system.into(),
+            workload: "yahoo".into(),
+            offered_mbit,
+            carried_mbit,
+            pages,
+            failures: 0,
+            plt_ms_median: Some(plt_ms),
+            down_link: None,
+            up_link: None,
+            window_s: None,
+            arrived_mbit: None,
+            steady_mbit: None,
+            steady_from_s: None,
+            due_mbit: None,
+            wire_load: None,
+            fifo_wait_ms_median: None,
+        }
+    }
+}
+
 /// What one direction of the emulated long link saw during one load point.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LinkPoint {
@@ -324,6 +358,43 @@ pub fn fifo_waits(arrivals: &[f64], service: f64) -> Vec<f64> {
     out
 }
 
+/// A point's draw counted in the bytes the long link carried, and the queueing reference
+/// for it ([`fifo_waits`]). Computed, not measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WireReference {
+    /// The draw's arrivals as a share of the link's rate in the link's bytes
+    /// ([`LoadPoint::wire_load`]).
+    pub wire_load: f64,
+    /// Median wait of the draw's pages at a link serving whole pages first come first served,
+    /// ms ([`LoadPoint::fifo_wait_ms_median`]; absent for a draw without arrivals).
+    pub fifo_wait_ms_median: Option<f64>,
+}
+
+/// The wire load and queueing reference of a point: `pages` loads of `page_bytes` body bytes
+/// each completed while the link's down direction carried `down_bytes`, so each body byte cost
+/// `down_bytes ÷ body` bytes on the link; `arrived_mbit` of body arrived as `arrivals`
+/// (seconds) at a link of `rate_bps`. `None` when nothing was carried or completed, or the
+/// rate is not positive: then there is no bytes-per-body figure to count in.
+pub fn wire_reference(
+    page_bytes: u64,
+    pages: usize,
+    down_bytes: u64,
+    arrived_mbit: f64,
+    rate_bps: f64,
+    arrivals: &[f64],
+) -> Option<WireReference> {
+    let body = pages as f64 * page_bytes as f64;
+    if down_bytes == 0 || body <= 0.0 || !rate_bps.is_finite() || rate_bps <= 0.0 {
+        return None;
+    }
+    let per_body = down_bytes as f64 / body;
+    let service = page_bytes as f64 * 8.0 * per_body / rate_bps;
+    Some(WireReference {
+        wire_load: arrived_mbit * per_body / (rate_bps / 1e6),
+        fifo_wait_ms_median: crate::stats::median(&fifo_waits(arrivals, service)).map(|s| s * 1e3),
+    })
+}
+
 /// Page arrival rate that offers `mbit` Mbit/s of `w`'s bytes.
 pub fn rate_for(w: &Workload, mbit: f64) -> f64 {
     let bits = w.total_bytes() as f64 * 8.0;
@@ -481,25 +552,7 @@ mod tests {
     #[test]
     fn the_markdown_table_has_a_row_per_point() {
         assert_eq!(markdown(&[]), "");
-        let pt = LoadPoint {
-            profile: "satellite".into(),
-            system: "direct".into(),
-            workload: "yahoo".into(),
-            offered_mbit: 25.0,
-            carried_mbit: 15.84,
-            pages: 57,
-            failures: 0,
-            plt_ms_median: Some(7308.0),
-            down_link: None,
-            up_link: None,
-            window_s: None,
-            arrived_mbit: None,
-            steady_mbit: None,
-            steady_from_s: None,
-            due_mbit: None,
-            wire_load: None,
-            fifo_wait_ms_median: None,
-        };
+        let pt = LoadPoint::sample("satellite", "direct", 25.0, 15.84, 57, 7308.0);
         let linked = LoadPoint {
             down_link: Some(LinkPoint {
                 packets: 20_000,
@@ -625,23 +678,8 @@ mod tests {
     #[test]
     fn carried_fraction_is_steady_over_due_where_recorded() {
         let pt = LoadPoint {
-            profile: "satellite".into(),
-            system: "direct".into(),
-            workload: "yahoo".into(),
-            offered_mbit: 45.0,
-            carried_mbit: 41.1,
-            pages: 391,
-            failures: 0,
-            plt_ms_median: Some(3909.0),
-            down_link: None,
-            up_link: None,
             window_s: Some(40.0),
-            arrived_mbit: None,
-            steady_mbit: None,
-            steady_from_s: None,
-            due_mbit: None,
-            wire_load: None,
-            fifo_wait_ms_median: None,
+            ..LoadPoint::sample("satellite", "direct", 45.0, 41.1, 391, 3909.0)
         };
         assert!((pt.carried_fraction().unwrap() - 41.1 / 45.0).abs() < 1e-12);
         let steady = LoadPoint {
@@ -671,6 +709,37 @@ mod tests {
         );
         assert!(fifo_waits(&[], 1.0).is_empty());
         assert_eq!(fifo_waits(&[0.0, 0.0], f64::NAN), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn wire_reference_counts_the_draw_in_the_links_bytes() {
+        // Ten 1 MB pages cost 10.5 MB on the link: 1.05 link bytes per body byte, so 9 Mbit/s
+        // of arrivals load a 10 Mbit/s link 0.945 and a page takes 0.84 s of it.
+        let r = wire_reference(1_000_000, 10, 10_500_000, 9.0, 10e6, &[0.0, 0.5, 1.0]).unwrap();
+        assert!((r.wire_load - 0.945).abs() < 1e-9, "{r:?}");
+        // Waits 0, 0.34 and 0.68 s: the median is the second page's.
+        assert!(
+            (r.fifo_wait_ms_median.unwrap() - 340.0).abs() < 1e-6,
+            "{r:?}"
+        );
+        // No arrivals: a load, no reference.
+        let r = wire_reference(1_000_000, 10, 10_500_000, 0.0, 10e6, &[]).unwrap();
+        assert_eq!((r.wire_load, r.fifo_wait_ms_median), (0.0, None));
+        // Nothing carried, nothing completed or no rate: nothing to count in.
+        assert_eq!(wire_reference(1_000_000, 10, 0, 9.0, 10e6, &[0.0]), None);
+        assert_eq!(
+            wire_reference(1_000_000, 0, 10_500_000, 9.0, 10e6, &[0.0]),
+            None
+        );
+        assert_eq!(wire_reference(0, 10, 10_500_000, 9.0, 10e6, &[0.0]), None);
+        assert_eq!(
+            wire_reference(1_000_000, 10, 10_500_000, 9.0, 0.0, &[0.0]),
+            None
+        );
+        assert_eq!(
+            wire_reference(1_000_000, 10, 10_500_000, 9.0, f64::NAN, &[0.0]),
+            None
+        );
     }
 
     #[test]

@@ -382,22 +382,7 @@ mod tests {
         let label = shipped_spec().label();
         let pt = |profile: &str, offered: f64, carried: f64, plt: f64| LoadPoint {
             window_s: Some(40.0),
-            profile: profile.into(),
-            system: label.clone(),
-            workload: "yahoo".into(),
-            offered_mbit: offered,
-            carried_mbit: carried,
-            pages: 10,
-            failures: 0,
-            plt_ms_median: Some(plt),
-            down_link: None,
-            up_link: None,
-            arrived_mbit: None,
-            steady_mbit: None,
-            steady_from_s: None,
-            due_mbit: None,
-            wire_load: None,
-            fifo_wait_ms_median: None,
+            ..LoadPoint::sample(profile, &label, offered, carried, 10, plt)
         };
         let rows = vec![
             shipped("pacific", "yahoo", "http", 850.0),
@@ -453,22 +438,13 @@ mod tests {
         // rate asked for (the last page's 3.9 s in a 40 s window), steady 0.99 of what fell due.
         let pt = LoadPoint {
             window_s: Some(40.0),
-            profile: "satellite".into(),
-            system: label.clone(),
-            workload: "yahoo".into(),
-            offered_mbit: 45.0,
-            carried_mbit: 41.1,
-            pages: 391,
-            failures: 0,
-            plt_ms_median: Some(3_900.0),
-            down_link: None,
-            up_link: None,
             arrived_mbit: Some(44.1),
             steady_mbit: Some(44.0),
             steady_from_s: Some(10.0),
             due_mbit: Some(44.5),
             wire_load: Some(0.95),
             fifo_wait_ms_median: Some(320.0),
+            ..LoadPoint::sample("satellite", &label, 45.0, 41.1, 391, 3_900.0)
         };
         let rows = vec![shipped("satellite", "yahoo", "http", 3_200.0)];
         let m = checks(&rows, std::slice::from_ref(&pt));

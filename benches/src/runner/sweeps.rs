@@ -116,17 +116,15 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
     // The link's bytes per body byte delivered (the replies' headers, packet headers and
     // retransmissions), then the draw in those bytes: its share of the rate and the queueing
     // a first-come-first-served link at the rate would give its pages.
-    let page_bytes = w.total_bytes() as f64;
-    let body = r.pages as f64 * page_bytes;
-    let wire_per_body = down_link
-        .filter(|d| d.bytes > 0 && body > 0.0)
-        .map(|d| d.bytes as f64 / body);
-    let wire_load = wire_per_body.map(|k| r.arrived_mbit * k / (pr.link.rate_bps / 1e6));
-    let fifo_wait_ms_median = wire_per_body.and_then(|k| {
-        let arrivals =
-            crate::load::poisson_arrivals(rate, pr.suite.load_window.as_secs_f64(), seed);
-        let service = page_bytes * 8.0 * k / pr.link.rate_bps;
-        crate::stats::median(&crate::load::fifo_waits(&arrivals, service)).map(|s| s * 1e3)
+    let reference = down_link.and_then(|d| {
+        crate::load::wire_reference(
+            w.total_bytes(),
+            r.pages,
+            d.bytes,
+            r.arrived_mbit,
+            pr.link.rate_bps,
+            &crate::load::poisson_arrivals(rate, pr.suite.load_window.as_secs_f64(), seed),
+        )
     });
     let pt = LoadPoint {
         profile: pr.profile().to_string(),
@@ -144,8 +142,8 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         down_link,
         up_link,
         window_s: Some(pr.suite.load_window.as_secs_f64()),
-        wire_load,
-        fifo_wait_ms_median,
+        wire_load: reference.map(|x| x.wire_load),
+        fifo_wait_ms_median: reference.and_then(|x| x.fifo_wait_ms_median),
     };
     let link_note = links.map_or(String::new(), |(d, u)| {
         format!(
