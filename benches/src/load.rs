@@ -95,6 +95,11 @@ pub struct LoadPoint {
     /// its rate, each page taking its body bytes × the point's wire bytes per body byte, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fifo_wait_ms_median: Option<f64>,
+    /// Seed of the point's Poisson arrivals: the run's `--seed` plus the point's index among
+    /// its load fractions, so points of different runs with the same seed drew the same
+    /// arrivals (absent in runs made before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrivals_seed: Option<u64>,
 }
 
 #[cfg(test)]
@@ -127,6 +132,7 @@ impl LoadPoint {
             due_mbit: None,
             wire_load: None,
             fifo_wait_ms_median: None,
+            arrivals_seed: None,
         }
     }
 }
@@ -222,14 +228,15 @@ pub fn markdown(points: &[LoadPoint]) -> String {
          retransmissions included) ÷ its rate. FIFO wait: computed, not measured, the median \
          wait of this draw's pages at a link that serves whole pages first come first served \
          at its rate. Down link: the emulated long link from remote to edge during the \
-         point (replies); up link: from edge to remote (requests and acknowledgements).\n\n\
+         point (replies); up link: from edge to remote (requests and acknowledgements). \
+         Arrivals' seed: points with the same seed drew the same arrivals.\n\n\
          | profile | workload | system | offered Mbit/s | arrived Mbit/s | steady carried Mbit/s | \
          carried to the end Mbit/s | pages | failed | \
          median PLT ms | wire load | FIFO wait ms | down-link queue drops | \
          down-link random losses | \
          down-link mean queue wait ms | up-link queue drops | up-link random losses | \
-         up-link mean queue wait ms |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         up-link mean queue wait ms | arrivals' seed |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let cells = |l: Option<LinkPoint>| {
         l.map_or((String::new(), String::new(), String::new()), |d| {
@@ -245,7 +252,7 @@ pub fn markdown(points: &[LoadPoint]) -> String {
         let (up_drops, up_lost, up_wait) = cells(p.up_link);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} |",
+"| {} | {} | {} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} | {} |",
             p.profile,
             p.workload,
             p.system,
@@ -263,6 +270,7 @@ pub fn markdown(points: &[LoadPoint]) -> String {
             p.wire_load.map_or(String::new(), |l| format!("{l:.2}")),
             p.fifo_wait_ms_median
                 .map_or(String::new(), |m| format!("{m:.0}")),
+            p.arrivals_seed.map_or(String::new(), |s| s.to_string()),
         );
     }
     s
@@ -572,9 +580,13 @@ mod tests {
             due_mbit: Some(24.5),
             ..pt.clone()
         };
-        let md = markdown(&[pt, linked, steady]);
+        let seeded = LoadPoint {
+            arrivals_seed: Some(14),
+            ..pt.clone()
+        };
+        let md = markdown(&[pt, linked, steady, seeded]);
         assert!(md.contains(
-            "| satellite | yahoo | direct | 25.0 |  |  | 15.8 | 57 | 0 | 7308 |  |  |  |  |  |  |  |  |"
+            "| satellite | yahoo | direct | 25.0 |  |  | 15.8 | 57 | 0 | 7308 |  |  |  |  |  |  |  |  |  |"
         ));
         assert!(
             md.contains("| 7308 | 0.96 | 73 | 12 of 20000 | 20 | 212 |  |  |  |"),
@@ -584,6 +596,7 @@ mod tests {
             md.contains("| direct | 25.0 | 24.2 | 24.0 of 24.5 due from 10 s | 15.8 | 57 |"),
             "{md}"
         );
+        assert!(md.contains("|  |  |  |  |  |  | 14 |\n"), "{md}");
     }
 
     /// A page of `objects` objects of `bytes` each arriving every `gap` seconds for `window`,

@@ -161,7 +161,8 @@ struct SuiteArgs {
     /// Arrival window of each offered-load point, in seconds.
     #[arg(long, default_value_t = 10)]
     load_window_s: u64,
-    /// Seed of the shuffled order.
+    /// Seed of the shuffled order; an offered-load point draws its arrivals from this seed
+    /// plus the point's index among the load fractions.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Pause between repetitions in ms.

@@ -144,6 +144,7 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         window_s: Some(pr.suite.load_window.as_secs_f64()),
         wire_load: reference.map(|x| x.wire_load),
         fifo_wait_ms_median: reference.and_then(|x| x.fifo_wait_ms_median),
+        arrivals_seed: Some(seed),
     };
     let link_note = links.map_or(String::new(), |(d, u)| {
         format!(
@@ -159,7 +160,7 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         )
     });
     pr.log(&format!(
-        "      {:<40} offered {:>7.1} arrived {:>7.1} carried {:>7.1} of {:.1} due (steady from {:.0} s; {:.1} to the last load's end) Mbit/s, {} pages, {} failed, median PLT {} ms, wire load {} of the rate, FIFO-link median wait {} ms (computed){link_note}",
+        "      {:<40} offered {:>7.1} arrived {:>7.1} carried {:>7.1} of {:.1} due (steady from {:.0} s; {:.1} to the last load's end) Mbit/s, {} pages, {} failed, median PLT {} ms, wire load {} of the rate, FIFO-link median wait {} ms (computed), arrivals' seed {seed}{link_note}",
         pt.system,
         pt.offered_mbit,
         r.arrived_mbit,
