@@ -252,7 +252,7 @@ pub fn markdown(points: &[LoadPoint]) -> String {
         let (up_drops, up_lost, up_wait) = cells(p.up_link);
         let _ = writeln!(
             s,
-"| {} | {} | {} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} | {} |",
+            "| {} | {} | {} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} | {} |",
             p.profile,
             p.workload,
             p.system,
