@@ -56,6 +56,14 @@ pub trait Bed {
     fn set_hosts(&self, entries: &[(String, IpAddr)]) -> Result<()>;
     /// An extra address on the origin node.
     fn add_origin_address(&self, ip: IpAddr) -> Result<()>;
+    /// The client node's addresses for simulated customers, one each
+    /// (`testbed::topology::customer_addrs`).
+    fn customer_addresses(&self) -> Vec<IpAddr> {
+        testbed::topology::customer_addrs()
+            .into_iter()
+            .map(IpAddr::from)
+            .collect()
+    }
     /// Initial congestion and receive window on `node`'s routes, in segments.
     fn set_initcwnd(&self, node: Node, segments: u32) -> Result<()>;
     /// The emulator's counters for the long link's down (remote → edge, where replies
@@ -259,6 +267,9 @@ impl VethBed {
         for (n, dev, a) in addrs {
             ip(&["-n", n, "addr", "add", a, "dev", dev])?;
             ip(&["-n", n, "link", "set", dev, "up"])?;
+        }
+        for a in testbed::topology::customer_addrs() {
+            ip(&["-n", c, "addr", "add", &format!("{a}/32"), "dev", "c0"])?;
         }
         ip(&["-n", c, "route", "add", "default", "via", "10.77.1.1"])?;
         ip(&["-n", e, "route", "add", "10.77.3.0/24", "via", "10.77.2.2"])?;

@@ -35,6 +35,7 @@ use anyhow::Result;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// Most page loads in flight at once; arrivals beyond it count as failures (bounded memory).
@@ -414,17 +415,22 @@ pub fn rate_for(w: &Workload, mbit: f64) -> f64 {
 }
 
 /// Loads `w` at `rate` pages per second for `window`, then waits for the loads in flight.
+/// Load k comes from `customers[k % customers.len()]` (as customers of an ISP each have an
+/// address, and a proxy may tell pages apart by it); from `cfg.source` when `customers` is
+/// empty.
 pub async fn run(
     w: &Workload,
     cfg: &ReplayConfig,
     rate: f64,
     window: Duration,
     seed: u64,
+    customers: &[IpAddr],
 ) -> Result<LoadRun> {
     let arrivals = poisson_arrivals(rate, window.as_secs_f64(), seed);
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     let mut tally = Tally::default();
+    let mut started = 0usize;
     for &a in &arrivals {
         tokio::time::sleep_until((start + Duration::from_secs_f64(a)).into()).await;
         // Loads that ended leave the set here: the bound counts loads in flight, not every
@@ -436,7 +442,11 @@ pub async fn run(
             tally.failures += 1;
             continue;
         }
-        let (w, cfg) = (w.clone(), cfg.clone());
+        let (w, mut cfg) = (w.clone(), cfg.clone());
+        if !customers.is_empty() {
+            cfg.source = Some(customers[started % customers.len()]);
+        }
+        started += 1;
         let began = start.elapsed().as_secs_f64();
         tasks.spawn(async move { (began, replay::load_page(&w, &cfg).await) });
     }

@@ -91,6 +91,8 @@ pub struct ReplayConfig {
     pub https_port: u16,
     /// What HTTPS offers by ALPN.
     pub https: HttpsProtocol,
+    /// Source address of the page's TCP connections; `None`: the kernel's choice.
+    pub source: Option<IpAddr>,
 }
 
 impl ReplayConfig {
@@ -106,6 +108,7 @@ impl ReplayConfig {
             http_port: 80,
             https_port: 443,
             https: HttpsProtocol::Http1,
+            source: None,
         }
     }
 }
@@ -575,6 +578,20 @@ async fn h2_get(send: h2::client::SendRequest<bytes::Bytes>, url: &str) -> Resul
     Ok(total)
 }
 
+/// A TCP connection to `to`, from `source` when given.
+async fn connect(to: SocketAddr, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let Some(src) = source else {
+        return TcpStream::connect(to).await;
+    };
+    let sock = if to.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.bind(SocketAddr::new(src, 0))?;
+    sock.connect(to).await
+}
+
 async fn open(shared: &Shared, host: &str) -> Result<Conn> {
     *shared.opened.lock().expect("poisoned") += 1;
     let port = if shared.cfg.scheme == "https" {
@@ -583,7 +600,7 @@ async fn open(shared: &Shared, host: &str) -> Result<Conn> {
         shared.cfg.http_port
     };
     let tcp = match shared.cfg.proxy {
-        Some(p) => TcpStream::connect(p)
+        Some(p) => connect(p, shared.cfg.source)
             .await
             .with_context(|| format!("connecting to proxy {p}"))?,
         None => {
@@ -592,7 +609,7 @@ async fn open(shared: &Shared, host: &str) -> Result<Conn> {
                 .resolve
                 .get(host)
                 .ok_or_else(|| anyhow!("no address for {host}"))?;
-            TcpStream::connect((*ip, port))
+            connect(SocketAddr::new(*ip, port), shared.cfg.source)
                 .await
                 .with_context(|| format!("connecting to {host} {ip}"))?
         }
@@ -774,19 +791,28 @@ mod origin_tests {
     use super::*;
     use crate::workload::{generate_page, page_specs};
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
     use tokio::net::TcpListener;
 
     /// A built-in HTTP/1.1 origin on loopback serving `w`'s bodies; counts connections.
     pub(super) async fn serve(w: Workload) -> (SocketAddr, Arc<AtomicUsize>) {
+        let (addr, conns, _) = serve_peers(w).await;
+        (addr, conns)
+    }
+
+    /// [`serve`], also recording each connection's source address.
+    async fn serve_peers(w: Workload) -> (SocketAddr, Arc<AtomicUsize>, Arc<Mutex<Vec<IpAddr>>>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let conns = Arc::new(AtomicUsize::new(0));
-        let c2 = conns.clone();
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let (c2, p2) = (conns.clone(), peers.clone());
         let w = Arc::new(w);
         tokio::spawn(async move {
             loop {
-                let (s, _) = l.accept().await.unwrap();
+                let (s, peer) = l.accept().await.unwrap();
                 c2.fetch_add(1, Ordering::SeqCst);
+                p2.lock().unwrap().push(peer.ip());
                 let w = w.clone();
                 tokio::spawn(async move {
                     let mut s = BufReader::new(s);
@@ -813,7 +839,43 @@ mod origin_tests {
                 });
             }
         });
-        (addr, conns)
+        (addr, conns, peers)
+    }
+
+    #[tokio::test]
+    async fn offered_load_comes_from_each_customers_address_in_turn() {
+        let w = generate_page(page_specs().iter().find(|s| s.id == "google").unwrap());
+        let (addr, conns, peers) = serve_peers(w.clone()).await;
+        let mut cfg = ReplayConfig::new("http");
+        cfg.http_port = addr.port();
+        cfg.resolve = w.hosts.iter().map(|h| (h.clone(), addr.ip())).collect();
+        let customers: Vec<IpAddr> = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        // 40 pages a second for half a second.
+        let r = crate::load::run(&w, &cfg, 40.0, Duration::from_millis(500), 5, &customers)
+            .await
+            .unwrap();
+        assert_eq!(r.failures, 0);
+        assert!(r.pages >= 4, "{} pages", r.pages);
+        let peers = peers.lock().unwrap().clone();
+        assert_eq!(peers.len(), conns.load(Ordering::SeqCst));
+        assert!(peers.iter().all(|p| customers.contains(p)), "{peers:?}");
+        for c in &customers {
+            assert!(peers.contains(c), "no load from {c}: {peers:?}");
+        }
+        // Without customers the loads come from the kernel's choice.
+        let (addr, _, peers) = serve_peers(w.clone()).await;
+        cfg.http_port = addr.port();
+        crate::load::run(&w, &cfg, 40.0, Duration::from_millis(200), 5, &[])
+            .await
+            .unwrap();
+        assert!(peers
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|p| p.is_loopback() && *p == addr.ip()));
     }
 
     #[tokio::test]

@@ -93,6 +93,10 @@ struct LoadOnce {
     /// host=ip, repeated.
     #[arg(long)]
     resolve: Vec<String>,
+    /// Source addresses of the simulated customers (comma-separated): page load k comes
+    /// from address k modulo their number. Absent: every load from the namespace's address.
+    #[arg(long, value_delimiter = ',')]
+    customers: Vec<IpAddr>,
 }
 
 #[derive(Args, Clone)]
@@ -819,6 +823,7 @@ fn load_once(a: LoadOnce) -> Result<()> {
         a.rate,
         Duration::from_millis(a.window_ms),
         a.seed,
+        &a.customers,
     ))?;
     println!("{}", serde_json::to_string(&r)?);
     Ok(())

@@ -153,6 +153,11 @@ impl Trialer<'_> {
         for (h, a) in &self.site.hosts {
             cmd.args(["--resolve", &format!("{h}={a}")]);
         }
+        let customers = self.bed.customer_addresses();
+        if !customers.is_empty() {
+            let list: Vec<String> = customers.iter().map(|a| a.to_string()).collect();
+            cmd.args(["--customers", &list.join(",")]);
+        }
         cmd.env("RUST_BACKTRACE", "0");
         let out = cmd
             .stdin(Stdio::null())

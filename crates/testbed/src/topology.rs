@@ -27,6 +27,18 @@ use crate::profile::{DirectionSpec, Profile};
 
 /// Client address (access link).
 pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 2);
+/// Further addresses of the client namespace, one per simulated customer
+/// ([`customer_addrs`]): `10.77.1.100` onward.
+pub const CUSTOMER_ADDRS: u8 = 128;
+
+/// The client namespace's customer addresses: many clients of one run (an offered-load
+/// point's page loads) each come from an address of its own, as an ISP's customers do.
+pub fn customer_addrs() -> Vec<Ipv4Addr> {
+    (0..CUSTOMER_ADDRS)
+        .map(|k| Ipv4Addr::new(10, 77, 1, 100 + k))
+        .collect()
+}
+
 /// Edge address on the access link (what clients talk to).
 pub const EDGE_ACCESS_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 1);
 /// Edge address on the long link.
@@ -272,6 +284,10 @@ impl Topology {
             let mut args = vec!["route", "add"];
             args.extend_from_slice(r);
             self.ns(node).cmd("ip", &args)?;
+        }
+        for a in customer_addrs() {
+            self.ns(Node::Client)
+                .cmd("ip", &["addr", "add", &format!("{a}/32"), "dev", "access"])?;
         }
         self.write_hosts()?;
         Ok(())
