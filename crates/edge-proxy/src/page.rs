@@ -12,7 +12,9 @@
 //! What it does NOT do: join the connections of one browser's page (a browser opens several,
 //! and each ranks from its own first request: still ahead of pages that began after it), or
 //! look at the client's address (customers behind one address would share one page for
-//! ever), or read a clock (callers pass `now`).
+//! ever), or read a clock (callers pass `now`). Joining a client address's connections into
+//! one page, bounded to pages begun in the last 4 s, was measured under offered load and made
+//! pages slower (`benches/notes/2026-11-28-page-join.md`).
 
 use std::time::{Duration, Instant};
 
