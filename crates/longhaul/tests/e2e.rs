@@ -601,17 +601,23 @@ fn idempotent_request_is_retried_when_its_pool_connection_dies() {
     // one carrying the request is gone and the request was retried on another. The retry is
     // the only one: once it has started no further connection is killed (on a busy host the
     // retried reply can take longer than one pause, and killing its connection too would
-    // rightly end in 502).
+    // rightly end in 502). After a kill the edge's log line of the retry can lag the retry
+    // itself on a busy host, so the next kill waits until the line has had time to appear.
+    let retrying = || pair.edge.log_text().contains("retrying idempotent request");
     let t0 = Instant::now();
     while !client.is_finished() {
         assert!(t0.elapsed() < Duration::from_secs(15), "no retry happened");
-        let retrying = pair.edge.log_text().contains("retrying idempotent request");
         let ports = pool_ports(pair.remote_addr);
-        if !retrying && ports.len() >= 2 {
+        if !retrying() && ports.len() >= 2 {
             assert!(
                 kill_pool_connection(pair.remote_addr, ports[0]),
                 "ss -K failed"
             );
+            let killed = Instant::now();
+            while killed.elapsed() < Duration::from_secs(1) && !retrying() && !client.is_finished()
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         std::thread::sleep(Duration::from_millis(500));
     }
