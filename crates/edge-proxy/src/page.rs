@@ -1,6 +1,7 @@
 //! The page age of a client connection's requests (PROTOCOL.md §3.2, §5.1).
 //!
-//! Under load both proxies send the interactive replies of the oldest page first. The edge
+//! Under load both proxies send the interactive replies of the oldest page first (after the
+//! first 16 KiB of every reply, which go ahead in the same order: `mux::policy::Tier`). The edge
 //! is the only side that can tell pages apart, and it does so by client connection: a page is
 //! a connection's burst of requests, which begins with its first request and ends once the
 //! connection has had nothing owed for [`PAGE_GAP`]. Each stream is opened with the age of

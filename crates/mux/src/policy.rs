@@ -50,6 +50,48 @@ pub const EXPECTED_BINDING_BYTES: u64 = 64 * 1024;
 /// ([`crate::Session::lane_is_bulk`]). The QUIC carrier classes its streams by the same figure.
 pub const BULK_BYTES: u64 = 1 << 20;
 
+/// Bytes of a stream direction that go ahead of every page order (least attained service with
+/// a bound): within a connection, directions that have sent fewer go first, oldest page first
+/// among them, then every other interactive direction by page ([`Tier`]). A reply's first
+/// bytes are its head and often all of it (most of a page's objects are smaller), and a page's
+/// small objects — its HTML, style sheets and scripts — are what the browser reads before it
+/// asks for the next ones; in strict page order an older page's large later bytes kept a newer
+/// page's first replies, and with them its next round trips, waiting under load. Bounded so
+/// that an older page's remaining bytes wait behind at most this much of each newer stream.
+/// 16 KiB is one frame at the default frame size. Measured on the test bed's satellite link
+/// at 0.9 of its rate against strict page order and against four size levels (16 KiB, 64 KiB,
+/// 256 KiB, 1 MiB): benches/notes/2026-11-29-size-order.md.
+pub const FIRST_BYTES: u64 = 16 * 1024;
+
+/// Where a stream direction stands in its connection's send order, by the bytes it has sent
+/// (both carriers: a TCP lane's frame order, QUIC stream priorities). Ordered: `First` goes
+/// before `Page`, `Page` before `Bulk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Tier {
+    /// Fewer than [`FIRST_BYTES`] sent: by page, the oldest rank first.
+    First,
+    /// From [`FIRST_BYTES`] to [`BULK_BYTES`]: by page, the oldest rank first.
+    Page,
+    /// From [`BULK_BYTES`]: in turn, after every interactive direction.
+    Bulk,
+}
+
+impl Tier {
+    /// The tier of a direction that has sent `sent` bytes.
+    pub fn of(sent: u64) -> Tier {
+        if sent < FIRST_BYTES {
+            Tier::First
+        } else if sent < BULK_BYTES {
+            Tier::Page
+        } else {
+            Tier::Bulk
+        }
+    }
+}
+
+// A direction's first bytes are fewer than a transfer's, which are fewer than bulk's.
+const _: () = assert!(FIRST_BYTES < TRANSFER_BYTES && TRANSFER_BYTES < BULK_BYTES);
+
 /// Bytes a QUIC stream carries (either way) before its connection counts as carrying a
 /// transfer ([`Load::bulk`]), which [`Policy::Pack`] keeps new streams off. Lower than
 /// [`BULK_BYTES`]: a download placed a second before a page has often not passed 1 MiB yet
@@ -332,6 +374,17 @@ impl std::str::FromStr for Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_direction_goes_first_then_by_page_then_in_bulk_as_it_sends() {
+        assert_eq!(Tier::of(0), Tier::First);
+        assert_eq!(Tier::of(FIRST_BYTES - 1), Tier::First);
+        assert_eq!(Tier::of(FIRST_BYTES), Tier::Page);
+        assert_eq!(Tier::of(BULK_BYTES - 1), Tier::Page);
+        assert_eq!(Tier::of(BULK_BYTES), Tier::Bulk);
+        assert_eq!(Tier::of(u64::MAX), Tier::Bulk);
+        assert!(Tier::First < Tier::Page && Tier::Page < Tier::Bulk);
+    }
 
     fn l(outstanding: u64, streams: u32) -> Load {
         Load {

@@ -83,6 +83,11 @@ impl Stream {
         self.bytes_sent < crate::policy::BULK_BYTES
     }
 
+    /// Where our direction stands in its lane's send order ([`crate::policy::Tier`]).
+    pub(crate) fn tier(&self) -> crate::policy::Tier {
+        crate::policy::Tier::of(self.bytes_sent)
+    }
+
     pub fn new(kind: Kind, send_credit: u64, recv: Credit) -> Self {
         Stream {
             kind,

@@ -832,3 +832,44 @@ fn stalled_readers_opened_one_after_another_stay_within_the_budget_plus_a_floor_
     w.run_until(|w| w.done(other), 5000);
     assert_eq!(w.streams[&other].received, 2_000_000);
 }
+
+/// Under load a newer page's small reply does not wait for an older page's large ones
+/// (`mux::policy::Tier`: every direction's first 16 KiB go before any direction's later
+/// bytes), and the older page still finishes at line rate. One lane at 100 Mbit/s: an older
+/// page asks for four 1 MB replies (each with a starting window of all of it); 100 ms later,
+/// with about 3.5 MB of them still queued in the remote, a newer page asks for 10 kB. Its reply arrives about one round trip (130 ms)
+/// after the request plus the kernel's unsent bytes (at most 128 KiB, 10.5 ms): 142 ms in this
+/// model, where oldest page first alone sends it after the older page's bytes, at 352 ms. The
+/// older page's last reply ends within the time the link takes for every byte.
+#[test]
+fn a_newer_pages_small_reply_passes_an_older_pages_large_ones() {
+    let mut w = World::new(1, Policy::LeastOutstanding, Policy::LeastOutstanding);
+    wait_for_rtt(&mut w);
+    let opened = w.tick;
+    let older: Vec<u64> = (0..4).map(|_| w.open(1_000_000, 0)).collect();
+    w.run_for(100);
+    let asked = w.tick;
+    let small = w.open(10_000, 0);
+    w.run_until(|w| w.done(small), 2000);
+    assert_eq!(w.streams[&small].received, 10_000);
+    let took = w.streams[&small].done_at.unwrap() - asked;
+    assert!(took <= 130 + 11 + 10, "the small reply took {took} ms");
+    let older_got: u64 = older.iter().map(|id| w.streams[id].received).sum();
+    assert!(
+        older_got < 2_000_000,
+        "the small reply passed the older page's last 2 MB ({older_got} bytes were in)"
+    );
+    w.run_until(|w| older.iter().all(|&id| w.done(id)), 2000);
+    let last = older
+        .iter()
+        .map(|id| w.streams[id].done_at.unwrap())
+        .max()
+        .unwrap();
+    // One round trip, then 4.01 MB (with the small reply and framing) at 12.5 kB per ms.
+    let line_rate = 130 + 4_010_000 / w.rate as u64;
+    assert!(
+        last - opened <= line_rate + 15,
+        "the older page took {} ms (line rate {line_rate} ms)",
+        last - opened
+    );
+}

@@ -69,6 +69,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use mux::policy::Tier;
 use mux::{ErrorCode, Kind};
 use quinn::crypto::rustls::{HandshakeData, QuicClientConfig, QuicServerConfig};
 use quinn::{congestion, Connection, Endpoint, IdleTimeout, TransportConfig, VarInt};
@@ -579,7 +580,7 @@ pub(crate) struct QConn {
     closed_why: std::sync::OnceLock<String>,
     /// What its streams report to its congestion controller (interactive or bulk).
     traffic: Arc<Traffic>,
-    /// When it came up: the origin of its streams' priorities ([`interactive_priority`]).
+    /// When it came up: the origin of its streams' priorities ([`stream_priority`]).
     epoch: Instant,
     /// Edge side: the remote's HELLO reply announced [`Features::PAGE_AGE`], so stream
     /// headers carry the page age (§8.2).
@@ -729,26 +730,35 @@ fn check_alpn(conn: &Connection, peer: SocketAddr) -> io::Result<()> {
 // ---------------------------------------------------------------- streams
 
 /// quinn priority of a stream that has carried [`crate::rate::BULK_BYTES`]: below every
-/// interactive stream ([`interactive_priority`]); quinn sends higher priorities first and
+/// interactive stream ([`stream_priority`]); quinn sends higher priorities first and
 /// round-robins within one, so downloads share what pages leave.
 const BULK_PRIORITY: i32 = -1;
 
-/// Span of the interactive priorities, `1..=INTERACTIVE_SPAN`.
-const INTERACTIVE_SPAN: u64 = 1 << 30;
+/// Span of each interactive tier's priorities: [`Tier::Page`] in `0..PAGE_SPAN`,
+/// [`Tier::First`] in `PAGE_SPAN..2 × PAGE_SPAN` (at most `i32::MAX`).
+const PAGE_SPAN: u64 = 1 << 30;
 
-/// quinn priority of an interactive stream of rank `rank` (when its page began, as on a TCP
-/// lane: PROTOCOL.md §5.1) on a connection that came up at `epoch`: the older the rank, in
-/// milliseconds, the higher, so the oldest page's streams go out first (RFC 9218 §10 serves
+/// quinn priority of a stream of rank `rank` (when its page began, as on a TCP lane:
+/// PROTOCOL.md §5.1) in `tier` ([`mux::policy::Tier`], by the bytes the stream has handed to
+/// quinn) on a connection that came up at `epoch`. Every [`Tier::First`] stream is above
+/// every [`Tier::Page`] one, both above [`BULK_PRIORITY`]; within a tier, the older the rank,
+/// in milliseconds, the higher, so the oldest page's streams go out first (RFC 9218 §10 serves
 /// non-incremental responses of one urgency oldest first). Under load the oldest pages finish
-/// at about their idle pace instead of every page slowing down together. Streams of one
-/// millisecond share a level, which quinn serves in turn; otherwise each stream has its own,
-/// so quinn re-reads it whenever the stream has sent: the drop to [`BULK_PRIORITY`] takes
-/// effect at once. A rank is at most [`mux::policy::MAX_PAGE_AGE`] before its stream's
-/// opening, so never before `epoch` by more; the order wraps every 2^30 ms (12.4 days) of a
-/// connection's life, when for a moment newer streams go first.
-fn interactive_priority(epoch: Instant, rank: Instant) -> i32 {
+/// at about their idle pace instead of every page slowing down together, while the first
+/// bytes of newer pages' replies do not wait for the older pages' large objects. Streams of
+/// one millisecond share a level, which quinn serves in turn; otherwise each stream has its
+/// own, so quinn re-reads it whenever the stream has sent: a change of tier takes effect at
+/// once. A rank is at most [`mux::policy::MAX_PAGE_AGE`] before its stream's opening, so never
+/// before `epoch` by more; the order wraps every 2^30 ms (12.4 days) of a connection's life,
+/// when for a moment newer streams go first.
+fn stream_priority(epoch: Instant, rank: Instant, tier: Tier) -> i32 {
     let key = (rank + mux::policy::MAX_PAGE_AGE).saturating_duration_since(epoch);
-    (INTERACTIVE_SPAN - (key.as_millis() as u64) % INTERACTIVE_SPAN) as i32
+    let page = PAGE_SPAN - 1 - (key.as_millis() as u64) % PAGE_SPAN;
+    match tier {
+        Tier::First => (PAGE_SPAN + page) as i32,
+        Tier::Page => page as i32,
+        Tier::Bulk => BULK_PRIORITY,
+    }
 }
 
 /// One mux stream carried by one bidirectional QUIC stream.
@@ -771,6 +781,8 @@ pub(crate) struct QuicStream {
     /// Counted in the connection's `transfer_streams` (one direction has carried
     /// [`mux::policy::TRANSFER_BYTES`]).
     transfer: bool,
+    /// The stream's rank ([`stream_priority`]).
+    rank: Instant,
 }
 
 impl QuicStream {
@@ -795,7 +807,7 @@ impl QuicStream {
         rank: Instant,
     ) -> Self {
         let class = SendClass::open(conn.traffic.clone());
-        let _ = send.set_priority(interactive_priority(conn.epoch, rank));
+        let _ = send.set_priority(stream_priority(conn.epoch, rank, Tier::First));
         QuicStream {
             id,
             send,
@@ -807,6 +819,7 @@ impl QuicStream {
             written: 0,
             class,
             transfer: false,
+            rank,
         }
     }
 
@@ -968,11 +981,17 @@ impl AsyncWrite for QuicStream {
         match Pin::new(&mut this.send).poll_write(cx, buf) {
             Poll::Ready(Ok(n)) => {
                 this.conn.written.fetch_add(n as u64, Ordering::Relaxed);
+                let before = Tier::of(this.written);
                 this.written += n as u64;
-                if this.class.wrote(this.written) {
+                // The controller's class turns bulk with the stream's tier.
+                this.class.wrote(this.written);
+                let tier = Tier::of(this.written);
+                if tier != before {
                     // Least attained service within the connection: a stream that has
                     // carried this much goes after the ones that have not.
-                    let _ = this.send.set_priority(BULK_PRIORITY);
+                    let _ =
+                        this.send
+                            .set_priority(stream_priority(this.conn.epoch, this.rank, tier));
                 }
                 this.count_transfer(this.written);
                 Poll::Ready(Ok(n))
@@ -2067,35 +2086,41 @@ mod tests {
     }
 
     #[test]
-    fn older_interactive_streams_rank_first_and_every_one_above_bulk() {
+    fn first_bytes_rank_above_every_page_each_tier_oldest_first_and_bulk_below() {
         let epoch = Instant::now();
         let ms = Duration::from_millis;
-        // Streams ranked 0..1000 ms after the connection came up: the older, the higher.
-        let order: Vec<i32> = (0..1000)
-            .map(|i| interactive_priority(epoch, epoch + ms(i)))
-            .collect();
-        assert!(order.windows(2).all(|w| w[0] > w[1]), "oldest first");
+        let p = |at, tier| stream_priority(epoch, at, tier);
+        for tier in [Tier::First, Tier::Page] {
+            // Streams ranked 0..1000 ms after the connection came up: the older, the higher.
+            let order: Vec<i32> = (0..1000).map(|i| p(epoch + ms(i), tier)).collect();
+            assert!(order.windows(2).all(|w| w[0] > w[1]), "oldest first");
+        }
         // A page that began before the connection (up to the largest age) ranks above it.
         let before = epoch - mux::policy::MAX_PAGE_AGE;
-        assert!(interactive_priority(epoch, before) > interactive_priority(epoch, epoch));
-        for at in [
+        assert!(p(before, Tier::Page) > p(epoch, Tier::Page));
+        let ranks = [
             before,
             epoch,
             epoch + ms(999),
-            epoch + ms(INTERACTIVE_SPAN - 1),
-            epoch + ms(INTERACTIVE_SPAN),
-            epoch + ms(5 * INTERACTIVE_SPAN + 7),
-        ] {
-            let p = interactive_priority(epoch, at);
-            assert!(p > BULK_PRIORITY, "{at:?}");
-            assert!(p >= 1, "{at:?}");
+            epoch + ms(PAGE_SPAN - 1),
+            epoch + ms(PAGE_SPAN),
+            epoch + ms(5 * PAGE_SPAN + 7),
+        ];
+        // Whatever their ranks, every stream's first bytes above every page's rest, and
+        // every interactive stream above the bulk ones.
+        let lowest_first = ranks.iter().map(|&at| p(at, Tier::First)).min().unwrap();
+        let highest_page = ranks.iter().map(|&at| p(at, Tier::Page)).max().unwrap();
+        assert!(lowest_first > highest_page);
+        for &at in &ranks {
+            assert!(p(at, Tier::Page) > BULK_PRIORITY, "{at:?}");
+            assert!(p(at, Tier::Page) >= 0, "{at:?}");
+            assert_eq!(p(at, Tier::Bulk), BULK_PRIORITY);
         }
         // A rank older than the largest age accepted cannot happen (`mux::policy::page_rank` bounds it);
         // it would rank as the oldest possible, not wrap.
-        assert_eq!(
-            interactive_priority(epoch, before - ms(5)),
-            interactive_priority(epoch, before)
-        );
+        for tier in [Tier::First, Tier::Page] {
+            assert_eq!(p(before - ms(5), tier), p(before, tier));
+        }
         let at = epoch + ms(10_000);
         assert_eq!(
             mux::policy::page_rank(at, Duration::from_secs(3600)),

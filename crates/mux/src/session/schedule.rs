@@ -3,9 +3,11 @@
 //! frames go, and how a lane's transmit buffer is filled: control frames first,
 //! then stream frames within the lane's connection credit, directions that have sent less
 //! than [`BULK_BYTES`](crate::policy::BULK_BYTES) before the others: interactive ones by
-//! page, the oldest rank first (a stream's opening or arrival minus the page age its OPEN
-//! carried; RFC 9218's order for non-incremental responses of one urgency), ties and OPENs in
-//! stream order; bulk ones round-robin.
+//! [`Tier`](crate::policy::Tier) (the first [`FIRST_BYTES`](crate::policy::FIRST_BYTES) of
+//! every direction before the rest of any), then by page, the oldest rank first (a stream's
+//! opening or arrival minus the page age its OPEN carried; RFC 9218's order for
+//! non-incremental responses of one urgency), ties and OPENs in stream order; bulk ones
+//! round-robin.
 //!
 //! A lane's rate sample is fresh when the driver reported it with bytes in flight and
 //! not app-limited within the last [`STALE_ROUND_TRIPS`] round trips; otherwise the
@@ -67,8 +69,9 @@ impl Session {
             if credit == 0 {
                 break;
             }
-            // Interactive directions first (least attained service), the oldest page first
-            // (earliest rank), in stream order within one; bulk directions round-robin.
+            // Interactive directions first (least attained service): the first bytes of each
+            // before the rest, each tier oldest page (earliest rank) first, in stream order
+            // within one; bulk directions round-robin.
             let streams = &self.streams;
             let mut pick = c
                 .sendq
@@ -76,7 +79,7 @@ impl Session {
                 .enumerate()
                 .filter_map(|(i, id)| {
                     let s = streams.get(id).filter(|s| s.interactive())?;
-                    Some((i, (s.rank, *id)))
+                    Some((i, (s.tier(), s.rank, *id)))
                 })
                 .min_by_key(|(_, key)| *key)
                 .map_or(0, |(i, _)| i);

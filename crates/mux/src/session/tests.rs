@@ -1298,27 +1298,54 @@ fn interactive_directions_go_before_bulk_ones_on_a_lane() {
 }
 
 #[test]
-fn interactive_directions_on_a_lane_go_oldest_first() {
+fn first_bytes_of_every_direction_go_before_the_rest_of_any_each_oldest_page_first() {
+    use crate::policy::FIRST_BYTES;
     let (mut s, lanes, _t) = edge_with_lanes(1, Policy::LeastOutstanding);
-    let a = s.open(Kind::Http, "a:80", &[1u8; 50_000], true).unwrap();
+    // An older page's request, then a newer page's.
+    let a = s
+        .open_aged(
+            Kind::Http,
+            "a:80",
+            &[1u8; 50_000],
+            true,
+            Duration::from_secs(2),
+        )
+        .unwrap();
     let b = s.open(Kind::Http, "b:80", &[2u8; 50_000], true).unwrap();
-    let mut out = Vec::new();
-    s.poll_transmit(lanes[0], 20_000, &mut out);
-    // A newer stream does not overtake the ones before it.
-    let c = s.open(Kind::Http, "c:80", &[3u8; 1_000], true).unwrap();
     let sent = |s: &Session, id| s.stream(id).map_or(u64::MAX, |st| st.bytes_sent);
+    let mut out = Vec::new();
+    // One frame per call.
+    let mut frame = |s: &mut Session| assert!(s.poll_transmit(lanes[0], 1, &mut out) > 0);
+    while sent(&s, a) < FIRST_BYTES {
+        assert_eq!(sent(&s, b), 0, "b's first bytes wait for the older a's");
+        frame(&mut s);
+    }
+    let a_head = sent(&s, a);
+    // A third page begins: its first bytes and b's go before the rest of the older a, b's
+    // (the older page) first.
+    let c = s.open(Kind::Http, "c:80", &[3u8; 1_000], true).unwrap();
+    while sent(&s, b) < FIRST_BYTES {
+        assert_eq!(sent(&s, c), 0, "c's first bytes wait for the older b's");
+        assert_eq!(
+            sent(&s, a),
+            a_head,
+            "a's rest waits for the newer pages' first bytes"
+        );
+        frame(&mut s);
+    }
+    let b_head = sent(&s, b);
+    while sent(&s, c) < 1_000 {
+        assert_eq!(sent(&s, a), a_head, "a's rest waits for c's first bytes");
+        frame(&mut s);
+    }
+    // Past their first bytes, pages go oldest first again.
     while sent(&s, a) < 50_000 {
-        assert_eq!(sent(&s, b), 0, "b waits for the older a");
-        assert_eq!(sent(&s, c), 0);
-        assert!(s.poll_transmit(lanes[0], 16 * 1024, &mut out) > 0);
+        assert_eq!(sent(&s, b), b_head, "b's rest waits for the older a's");
+        frame(&mut s);
     }
-    assert_eq!(sent(&s, c), 0);
     while sent(&s, b) < 50_000 {
-        assert_eq!(sent(&s, c), 0, "c waits for the older b");
-        assert!(s.poll_transmit(lanes[0], 16 * 1024, &mut out) > 0);
+        frame(&mut s);
     }
-    s.poll_transmit(lanes[0], 16 * 1024, &mut out);
-    assert_eq!(sent(&s, c), 1_000);
 }
 
 /// Bytes of the reply direction the remote has framed for stream `id`.
@@ -1355,9 +1382,24 @@ fn replies_of_an_older_page_go_first_whatever_their_stream_order() {
         assert_eq!(p.remote.send(id, &[7u8; 60_000]).unwrap(), 60_000);
         p.remote.finish(id).unwrap();
     }
+    let first = crate::policy::FIRST_BYTES;
     let mut out = Vec::new();
+    while reply_sent(&p, old) < first {
+        assert_eq!(reply_sent(&p, new), 0, "the newer page's first bytes wait");
+        assert!(p.remote.poll_transmit(p.r, 1, &mut out) > 0);
+    }
+    let old_head = reply_sent(&p, old);
+    while reply_sent(&p, new) < first {
+        assert_eq!(
+            reply_sent(&p, old),
+            old_head,
+            "the first bytes of both go first"
+        );
+        assert!(p.remote.poll_transmit(p.r, 1, &mut out) > 0);
+    }
+    let new_head = reply_sent(&p, new);
     while reply_sent(&p, old) < 60_000 {
-        assert_eq!(reply_sent(&p, new), 0, "the newer page's reply waits");
+        assert_eq!(reply_sent(&p, new), new_head, "the newer page's rest waits");
         assert!(p.remote.poll_transmit(p.r, 16 * 1024, &mut out) > 0);
     }
     while reply_sent(&p, new) < 60_000 {
@@ -1430,9 +1472,17 @@ fn a_page_age_beyond_the_maximum_ranks_as_the_maximum() {
     for id in [1, 2] {
         assert_eq!(p.remote.send(id, &[1u8; 40_000]).unwrap(), 40_000);
     }
+    let first = crate::policy::FIRST_BYTES;
     let mut out = Vec::new();
-    while reply_sent(&p, 1) < 40_000 {
+    while reply_sent(&p, 1) < first {
         assert_eq!(reply_sent(&p, 2), 0, "no stream outranks the maximum");
+        assert!(p.remote.poll_transmit(p.r, 1, &mut out) > 0);
+    }
+    while reply_sent(&p, 1) < 40_000 {
+        assert!(
+            reply_sent(&p, 2) <= first,
+            "no stream's rest outranks the maximum"
+        );
         assert!(p.remote.poll_transmit(p.r, 16 * 1024, &mut out) > 0);
     }
 }
