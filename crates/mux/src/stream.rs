@@ -80,7 +80,7 @@ impl Stream {
     /// Whether our direction is still interactive: it has sent less than
     /// [`crate::policy::BULK_BYTES`] (least attained service).
     pub(crate) fn interactive(&self) -> bool {
-        self.bytes_sent < crate::policy::BULK_BYTES
+        self.tier() != crate::policy::Tier::Bulk
     }
 
     /// Where our direction stands in its lane's send order ([`crate::policy::Tier`]).
