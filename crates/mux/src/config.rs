@@ -73,6 +73,12 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// example by flooding PINGs without reading) is closed with ENHANCE_YOUR_CALM.
 pub const DEFAULT_MAX_CONTROL_BYTES: usize = 256 * 1024;
 
+/// The default [`Config::head_window`] for a link of `rtt`: [`crate::policy::HEAD_ROUND_TRIPS`]
+/// round trips, at most [`crate::policy::MAX_PAGE_AGE`].
+pub fn head_window(rtt: Duration) -> Duration {
+    (rtt * crate::policy::HEAD_ROUND_TRIPS).min(crate::policy::MAX_PAGE_AGE)
+}
+
 /// Limits and timers of one session. Build with [`Config::for_link`] or
 /// [`Config::default`], adjust fields, then [`Config::validate`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +115,11 @@ pub struct Config {
     pub handshake_timeout: Duration,
     /// Control-frame queue bound per connection, bytes.
     pub max_control_bytes: usize,
+    /// How long after a page began a newer page's first bytes still go ahead of its later
+    /// bytes on a lane ([`crate::policy::send_deadline`]); default
+    /// [`crate::policy::HEAD_ROUND_TRIPS`] × the link's RTT, at most
+    /// [`crate::policy::MAX_PAGE_AGE`]. Zero: strict page order.
+    pub head_window: Duration,
 }
 
 impl Default for Config {
@@ -158,6 +169,7 @@ impl Config {
             ping_timeout: DEFAULT_PING_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_control_bytes: DEFAULT_MAX_CONTROL_BYTES,
+            head_window: head_window(rtt),
         }
     }
 
@@ -226,6 +238,13 @@ impl Config {
             return err(format!(
                 "max_buffered_bytes {} must hold at least one stream_window ({})",
                 self.max_buffered_bytes, self.stream_window
+            ));
+        }
+        if self.head_window > crate::policy::MAX_PAGE_AGE {
+            return err(format!(
+                "head_window {:?} must be at most {:?}",
+                self.head_window,
+                crate::policy::MAX_PAGE_AGE
             ));
         }
         if self.ping_interval.is_zero() || self.ping_timeout.is_zero() {

@@ -50,9 +50,10 @@ pub const EXPECTED_BINDING_BYTES: u64 = 64 * 1024;
 /// ([`crate::Session::lane_is_bulk`]). The QUIC carrier classes its streams by the same figure.
 pub const BULK_BYTES: u64 = 1 << 20;
 
-/// Bytes of a stream direction that go ahead of every page order (least attained service with
-/// a bound): within a connection, directions that have sent fewer go first, oldest page first
-/// among them, then every other interactive direction by page ([`Tier`]). A reply's first
+/// Bytes of a stream direction that go ahead of the page order (least attained service with
+/// a bound): within a connection, directions that have sent fewer go before the rest of the
+/// directions of pages that began at most [`crate::Config::head_window`] earlier, oldest page
+/// first ([`send_deadline`], [`Tier`]). A reply's first
 /// bytes are its head and often all of it (most of a page's objects are smaller), and a page's
 /// small objects — its HTML, style sheets and scripts — are what the browser reads before it
 /// asks for the next ones; in strict page order an older page's large later bytes kept a newer
@@ -63,14 +64,46 @@ pub const BULK_BYTES: u64 = 1 << 20;
 /// 256 KiB, 1 MiB): benches/notes/2026-11-29-size-order.md.
 pub const FIRST_BYTES: u64 = 16 * 1024;
 
+/// Round trips of the long link during which a newer page's first bytes still go ahead of
+/// an older page's later bytes: the default [`crate::Config::head_window`] is this many
+/// times the link's RTT. Least attained service alone starves under overload: past the link's
+/// rate new pages keep arriving, and an older page's rest waited behind every newer page's
+/// first bytes until arrivals stopped (pacific at 110 % of its rate, Yahoo: pages 1.1–2.0 ×
+/// longer than in strict page order, benches/notes/2026-11-29-first-bytes.md). With the
+/// window an older page's rest waits only behind the first bytes of pages that began within
+/// it, whatever the load ([`send_deadline`]). A page takes five to seven round trips idle on
+/// the test bed's links; four lets the pages of the next few round trips start meanwhile.
+/// Two and four measured on pacific at 90 % and 110 % of the rate and on satellite at 90 %
+/// and 110 %: benches/notes/2026-11-29-head-window.md.
+pub const HEAD_ROUND_TRIPS: u32 = 4;
+
+/// When a stream direction's next bytes are due in its connection's send order (both
+/// carriers; earliest first): its rank (when its page began) for its first bytes
+/// ([`Tier::First`]), `head_window` later for the rest of an interactive direction
+/// ([`Tier::Page`]). An older page's rest thus goes after the first bytes of pages that began
+/// less than `head_window` after it and before every other newer byte; a window of zero is
+/// strict page order, an unbounded one least attained service. Bulk directions are not
+/// ordered by it (they go after every interactive one).
+pub fn send_deadline(
+    rank: std::time::Instant,
+    tier: Tier,
+    head_window: std::time::Duration,
+) -> std::time::Instant {
+    match tier {
+        Tier::First => rank,
+        Tier::Page | Tier::Bulk => rank.checked_add(head_window).unwrap_or(rank),
+    }
+}
+
 /// Where a stream direction stands in its connection's send order, by the bytes it has sent
-/// (both carriers: a TCP lane's frame order, QUIC stream priorities). Ordered: `First` goes
-/// before `Page`, `Page` before `Bulk`.
+/// (both carriers: a TCP lane's frame order, QUIC stream priorities). Interactive directions
+/// (`First`, `Page`) go by [`send_deadline`], `First` before `Page` at one deadline; `Bulk`
+/// after them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Tier {
-    /// Fewer than [`FIRST_BYTES`] sent: by page, the oldest rank first.
+    /// Fewer than [`FIRST_BYTES`] sent: due when the page began.
     First,
-    /// From [`FIRST_BYTES`] to [`BULK_BYTES`]: by page, the oldest rank first.
+    /// From [`FIRST_BYTES`] to [`BULK_BYTES`]: due a head window after the page began.
     Page,
     /// From [`BULK_BYTES`]: in turn, after every interactive direction.
     Bulk,
@@ -374,6 +407,7 @@ impl std::str::FromStr for Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn a_direction_goes_first_then_by_page_then_in_bulk_as_it_sends() {
@@ -384,6 +418,20 @@ mod tests {
         assert_eq!(Tier::of(BULK_BYTES), Tier::Bulk);
         assert_eq!(Tier::of(u64::MAX), Tier::Bulk);
         assert!(Tier::First < Tier::Page && Tier::Page < Tier::Bulk);
+    }
+
+    #[test]
+    fn first_bytes_are_due_when_the_page_began_the_rest_a_head_window_later() {
+        let rank = std::time::Instant::now();
+        let w = Duration::from_millis(520);
+        assert_eq!(send_deadline(rank, Tier::First, w), rank);
+        assert_eq!(send_deadline(rank, Tier::Page, w), rank + w);
+        assert_eq!(send_deadline(rank, Tier::Page, Duration::ZERO), rank);
+        assert_eq!(crate::config::head_window(Duration::from_millis(130)), w);
+        assert_eq!(
+            crate::config::head_window(Duration::from_secs(3600)),
+            MAX_PAGE_AGE
+        );
     }
 
     fn l(outstanding: u64, streams: u32) -> Load {

@@ -240,6 +240,13 @@ impl QuicOptions {
         })
     }
 
+    /// How long after a page began a newer page's first bytes still go ahead of its later
+    /// bytes in a connection's stream priorities (PROTOCOL.md §8.4): as on a TCP lane,
+    /// [`mux::config::head_window`] of the link's RTT.
+    pub fn head_window(&self) -> Duration {
+        mux::config::head_window(self.initial_rtt)
+    }
+
     /// The optional features this side announces: the page age, and parity when it runs it.
     fn features(&self) -> Features {
         if self.parity == ParityMode::Off {
@@ -582,6 +589,8 @@ pub(crate) struct QConn {
     traffic: Arc<Traffic>,
     /// When it came up: the origin of its streams' priorities ([`stream_priority`]).
     epoch: Instant,
+    /// How long newer pages' first bytes go ahead of a page's rest ([`stream_priority`]).
+    head_window: Duration,
     /// Edge side: the remote's HELLO reply announced [`Features::PAGE_AGE`], so stream
     /// headers carry the page age (§8.2).
     page_age: bool,
@@ -596,11 +605,13 @@ impl QConn {
         traffic: Arc<Traffic>,
         page_age: bool,
         parity: Option<&ParityWatch>,
+        head_window: Duration,
     ) -> Arc<QConn> {
         Arc::new(QConn {
             conn,
             traffic,
             epoch: Instant::now(),
+            head_window,
             page_age,
             parity: parity.map(|p| (p.peer.clone(), p.socket.mode())),
             written: AtomicU64::new(0),
@@ -734,31 +745,33 @@ fn check_alpn(conn: &Connection, peer: SocketAddr) -> io::Result<()> {
 /// round-robins within one, so downloads share what pages leave.
 const BULK_PRIORITY: i32 = -1;
 
-/// Span of each interactive tier's priorities: [`Tier::Page`] in `0..PAGE_SPAN`,
-/// [`Tier::First`] in `PAGE_SPAN..2 × PAGE_SPAN` (at most `i32::MAX`).
+/// Interactive priorities are in `0..2 × PAGE_SPAN` (at most `i32::MAX`): two levels per
+/// millisecond of send deadline, the first bytes' above the rest's.
 const PAGE_SPAN: u64 = 1 << 30;
 
 /// quinn priority of a stream of rank `rank` (when its page began, as on a TCP lane:
 /// PROTOCOL.md §5.1) in `tier` ([`mux::policy::Tier`], by the bytes the stream has handed to
-/// quinn) on a connection that came up at `epoch`. Every [`Tier::First`] stream is above
-/// every [`Tier::Page`] one, both above [`BULK_PRIORITY`]; within a tier, the older the rank,
-/// in milliseconds, the higher, so the oldest page's streams go out first (RFC 9218 §10 serves
-/// non-incremental responses of one urgency oldest first). Under load the oldest pages finish
-/// at about their idle pace instead of every page slowing down together, while the first
-/// bytes of newer pages' replies do not wait for the older pages' large objects. Streams of
-/// one millisecond share a level, which quinn serves in turn; otherwise each stream has its
-/// own, so quinn re-reads it whenever the stream has sent: a change of tier takes effect at
-/// once. A rank is at most [`mux::policy::MAX_PAGE_AGE`] before its stream's opening, so never
-/// before `epoch` by more; the order wraps every 2^30 ms (12.4 days) of a connection's life,
-/// when for a moment newer streams go first.
-fn stream_priority(epoch: Instant, rank: Instant, tier: Tier) -> i32 {
-    let key = (rank + mux::policy::MAX_PAGE_AGE).saturating_duration_since(epoch);
-    let page = PAGE_SPAN - 1 - (key.as_millis() as u64) % PAGE_SPAN;
-    match tier {
-        Tier::First => (PAGE_SPAN + page) as i32,
-        Tier::Page => page as i32,
-        Tier::Bulk => BULK_PRIORITY,
+/// quinn) on a connection that came up at `epoch`: the earlier its send deadline
+/// ([`mux::policy::send_deadline`]: the rank for its first bytes, `head_window` later for
+/// the rest), in milliseconds, the higher; at one millisecond, first bytes above the rest;
+/// every interactive stream above [`BULK_PRIORITY`]. So the oldest page's streams go out
+/// first (RFC 9218 §10 serves non-incremental responses of one urgency oldest first): under
+/// load the oldest pages finish at about their idle pace instead of every page slowing down
+/// together, while the first bytes of the pages that began within `head_window` of an older
+/// one do not wait for its large objects. Streams of one millisecond and tier share a level,
+/// which quinn serves in turn; otherwise each stream has its own, so quinn re-reads it
+/// whenever the stream has sent: a change of tier takes effect at once. A rank is at most
+/// [`mux::policy::MAX_PAGE_AGE`] before its stream's opening, so never before `epoch` by
+/// more; the order wraps every 2^30 ms (12.4 days) of a connection's life, when for a moment
+/// newer streams go first.
+fn stream_priority(epoch: Instant, rank: Instant, tier: Tier, head_window: Duration) -> i32 {
+    if tier == Tier::Bulk {
+        return BULK_PRIORITY;
     }
+    let due = mux::policy::send_deadline(rank, tier, head_window);
+    let key = (due + mux::policy::MAX_PAGE_AGE).saturating_duration_since(epoch);
+    let level = 2 * ((key.as_millis() as u64) % PAGE_SPAN) + u64::from(tier == Tier::Page);
+    (2 * PAGE_SPAN - 1 - level) as i32
 }
 
 /// One mux stream carried by one bidirectional QUIC stream.
@@ -807,7 +820,12 @@ impl QuicStream {
         rank: Instant,
     ) -> Self {
         let class = SendClass::open(conn.traffic.clone());
-        let _ = send.set_priority(stream_priority(conn.epoch, rank, Tier::First));
+        let _ = send.set_priority(stream_priority(
+            conn.epoch,
+            rank,
+            Tier::First,
+            conn.head_window,
+        ));
         QuicStream {
             id,
             send,
@@ -989,9 +1007,12 @@ impl AsyncWrite for QuicStream {
                 if tier != before {
                     // Least attained service within the connection: a stream that has
                     // carried this much goes after the ones that have not.
-                    let _ =
-                        this.send
-                            .set_priority(stream_priority(this.conn.epoch, this.rank, tier));
+                    let _ = this.send.set_priority(stream_priority(
+                        this.conn.epoch,
+                        this.rank,
+                        tier,
+                        this.conn.head_window,
+                    ));
                 }
                 this.count_transfer(this.written);
                 Poll::Ready(Ok(n))
@@ -1578,6 +1599,7 @@ async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: B
                     traffic,
                     page_age,
                     parity.as_ref(),
+                    dial.transport.opts.head_window(),
                 );
                 tracing::info!(
                     slot,
@@ -1992,7 +2014,14 @@ async fn serve_conn(
             let path = inner.path_loss(peer.ip());
             ParityWatch::new(p, &conn, traffic.clone(), path)
         });
-    let q = QConn::new(conn.clone(), None, traffic, false, parity.as_ref());
+    let q = QConn::new(
+        conn.clone(),
+        None,
+        traffic,
+        false,
+        parity.as_ref(),
+        inner.transport.opts.head_window(),
+    );
     let id = q.id();
     {
         // Counted and inserted under one lock, so the limit holds exactly.
@@ -2086,10 +2115,11 @@ mod tests {
     }
 
     #[test]
-    fn first_bytes_rank_above_every_page_each_tier_oldest_first_and_bulk_below() {
+    fn first_bytes_go_before_the_rest_of_pages_within_the_head_window_and_bulk_below() {
         let epoch = Instant::now();
         let ms = Duration::from_millis;
-        let p = |at, tier| stream_priority(epoch, at, tier);
+        let head = ms(520);
+        let p = |at, tier| stream_priority(epoch, at, tier, head);
         for tier in [Tier::First, Tier::Page] {
             // Streams ranked 0..1000 ms after the connection came up: the older, the higher.
             let order: Vec<i32> = (0..1000).map(|i| p(epoch + ms(i), tier)).collect();
@@ -2098,6 +2128,31 @@ mod tests {
         // A page that began before the connection (up to the largest age) ranks above it.
         let before = epoch - mux::policy::MAX_PAGE_AGE;
         assert!(p(before, Tier::Page) > p(epoch, Tier::Page));
+        // An older page's rest goes after the first bytes of pages that began within the
+        // head window after it, before those of pages that began later; at its deadline,
+        // first bytes before the rest.
+        let old = epoch + ms(10_000);
+        assert!(p(old, Tier::First) > p(old, Tier::Page));
+        for later in [0, 1, 100, 519] {
+            assert!(
+                p(old + ms(later), Tier::First) > p(old, Tier::Page),
+                "{later}"
+            );
+        }
+        assert!(
+            p(old + ms(520), Tier::First) > p(old, Tier::Page),
+            "one deadline"
+        );
+        for later in [521, 600, 5_000] {
+            assert!(
+                p(old + ms(later), Tier::First) < p(old, Tier::Page),
+                "{later}"
+            );
+        }
+        // A zero window is strict page order: an older page's rest before any newer byte.
+        let strict = |at, tier| stream_priority(epoch, at, tier, Duration::ZERO);
+        assert!(strict(old, Tier::Page) > strict(old + ms(1), Tier::First));
+        assert!(strict(old, Tier::First) > strict(old, Tier::Page));
         let ranks = [
             before,
             epoch,
@@ -2106,21 +2161,17 @@ mod tests {
             epoch + ms(PAGE_SPAN),
             epoch + ms(5 * PAGE_SPAN + 7),
         ];
-        // Whatever their ranks, every stream's first bytes above every page's rest, and
-        // every interactive stream above the bulk ones.
-        let lowest_first = ranks.iter().map(|&at| p(at, Tier::First)).min().unwrap();
-        let highest_page = ranks.iter().map(|&at| p(at, Tier::Page)).max().unwrap();
-        assert!(lowest_first > highest_page);
+        // Whatever their ranks, every interactive stream above the bulk ones.
         for &at in &ranks {
-            assert!(p(at, Tier::Page) > BULK_PRIORITY, "{at:?}");
-            assert!(p(at, Tier::Page) >= 0, "{at:?}");
+            for tier in [Tier::First, Tier::Page] {
+                assert!(p(at, tier) > BULK_PRIORITY, "{at:?}");
+                assert!(p(at, tier) >= 0, "{at:?}");
+            }
             assert_eq!(p(at, Tier::Bulk), BULK_PRIORITY);
         }
         // A rank older than the largest age accepted cannot happen (`mux::policy::page_rank` bounds it);
         // it would rank as the oldest possible, not wrap.
-        for tier in [Tier::First, Tier::Page] {
-            assert_eq!(p(before - ms(5), tier), p(before, tier));
-        }
+        assert_eq!(p(before - ms(5), Tier::First), p(before, Tier::First));
         let at = epoch + ms(10_000);
         assert_eq!(
             mux::policy::page_rank(at, Duration::from_secs(3600)),

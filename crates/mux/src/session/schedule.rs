@@ -3,11 +3,12 @@
 //! frames go, and how a lane's transmit buffer is filled: control frames first,
 //! then stream frames within the lane's connection credit, directions that have sent less
 //! than [`BULK_BYTES`](crate::policy::BULK_BYTES) before the others: interactive ones by
-//! [`Tier`](crate::policy::Tier) (the first [`FIRST_BYTES`](crate::policy::FIRST_BYTES) of
-//! every direction before the rest of any), then by page, the oldest rank first (a stream's
+//! [`send_deadline`](crate::policy::send_deadline): by page, the oldest rank first (a stream's
 //! opening or arrival minus the page age its OPEN carried; RFC 9218's order for
-//! non-incremental responses of one urgency), ties and OPENs in stream order; bulk ones
-//! round-robin.
+//! non-incremental responses of one urgency), except that the first
+//! [`FIRST_BYTES`](crate::policy::FIRST_BYTES) of a direction go before the rest of the
+//! pages that began less than [`head_window`](crate::Config::head_window) earlier; ties and
+//! OPENs in stream order; bulk ones round-robin.
 //!
 //! A lane's rate sample is fresh when the driver reported it with bytes in flight and
 //! not app-limited within the last [`STALE_ROUND_TRIPS`] round trips; otherwise the
@@ -69,17 +70,21 @@ impl Session {
             if credit == 0 {
                 break;
             }
-            // Interactive directions first (least attained service): the first bytes of each
-            // before the rest, each tier oldest page (earliest rank) first, in stream order
-            // within one; bulk directions round-robin.
+            // Interactive directions first, earliest send deadline first: a direction's first
+            // bytes are due when its page began, its rest a head window later (least attained
+            // service for the pages of one window, page order beyond it); first bytes before
+            // the rest at one deadline, then stream order; bulk directions round-robin.
             let streams = &self.streams;
+            let head = self.cfg.head_window;
             let mut pick = c
                 .sendq
                 .iter()
                 .enumerate()
                 .filter_map(|(i, id)| {
                     let s = streams.get(id).filter(|s| s.interactive())?;
-                    Some((i, (s.tier(), s.rank, *id)))
+                    let tier = s.tier();
+                    let due = s.rank.map(|r| crate::policy::send_deadline(r, tier, head));
+                    Some((i, (due, tier, *id)))
                 })
                 .min_by_key(|(_, key)| *key)
                 .map_or(0, |(i, _)| i);

@@ -1301,15 +1301,10 @@ fn interactive_directions_go_before_bulk_ones_on_a_lane() {
 fn first_bytes_of_every_direction_go_before_the_rest_of_any_each_oldest_page_first() {
     use crate::policy::FIRST_BYTES;
     let (mut s, lanes, _t) = edge_with_lanes(1, Policy::LeastOutstanding);
-    // An older page's request, then a newer page's.
+    // An older page's request, then a newer page's, which began within the head window.
+    let age = s.config().head_window / 2;
     let a = s
-        .open_aged(
-            Kind::Http,
-            "a:80",
-            &[1u8; 50_000],
-            true,
-            Duration::from_secs(2),
-        )
+        .open_aged(Kind::Http, "a:80", &[1u8; 50_000], true, age)
         .unwrap();
     let b = s.open(Kind::Http, "b:80", &[2u8; 50_000], true).unwrap();
     let sent = |s: &Session, id| s.stream(id).map_or(u64::MAX, |st| st.bytes_sent);
@@ -1348,6 +1343,133 @@ fn first_bytes_of_every_direction_go_before_the_rest_of_any_each_oldest_page_fir
     }
 }
 
+#[test]
+fn an_older_page_s_rest_goes_before_the_first_bytes_of_pages_that_began_a_head_window_later() {
+    let (mut s, lanes, _t) = edge_with_lanes(1, Policy::LeastOutstanding);
+    let w = s.config().head_window;
+    assert!(!w.is_zero());
+    // Page a began 1.5 windows ago, b half a window after it, c just now: a's rest is due
+    // half a window ago (after b's first bytes, before c's), b's at the same moment as c's
+    // first bytes, which go first at one deadline.
+    let a = s
+        .open_aged(Kind::Http, "a:80", &[1u8; 50_000], true, w * 3 / 2)
+        .unwrap();
+    let b = s
+        .open_aged(Kind::Http, "b:80", &[2u8; 50_000], true, w)
+        .unwrap();
+    let c = s.open(Kind::Http, "c:80", &[3u8; 50_000], true).unwrap();
+    let sent = |s: &Session| [a, b, c].map(|id| s.stream(id).map_or(u64::MAX, |st| st.bytes_sent));
+    let mut order: Vec<char> = Vec::new();
+    let mut out = Vec::new();
+    while sent(&s).iter().any(|&n| n < 50_000) {
+        let before = sent(&s);
+        // One frame per call.
+        assert!(s.poll_transmit(lanes[0], 1, &mut out) > 0);
+        let after = sent(&s);
+        let moved: Vec<char> = (0..3)
+            .filter(|&i| after[i] != before[i])
+            .map(|i| ['a', 'b', 'c'][i])
+            .collect();
+        assert!(moved.len() <= 1, "one stream per frame: {moved:?}");
+        if let Some(&m) = moved.first() {
+            if order.last() != Some(&m) {
+                order.push(m);
+            }
+        }
+    }
+    assert_eq!(
+        order,
+        ['a', 'b', 'a', 'c', 'b', 'c'],
+        "runs of frames by stream"
+    );
+}
+
+/// Steps of `dt` (one frame sent per step, two new pages of one 8 KiB frame each arriving:
+/// twice the lane's rate in frames) until all of a 64 KiB reply of a page that began before the overload has
+/// been framed, on a lane whose head window is `w`; `None` if not within `limit` steps.
+fn steps_to_finish_under_overload(w: Duration, dt: Duration, limit: u32) -> Option<u32> {
+    let (mut s, lanes, t) = edge_with_lanes(1, Policy::LeastOutstanding);
+    s.cfg.head_window = w;
+    let a = s.open(Kind::Http, "a:80", &[1u8; 64 * 1024], true).unwrap();
+    let mut out = Vec::new();
+    for step in 1..=limit {
+        s.handle_timeout(t + dt * step);
+        for _ in 0..2 {
+            s.open(Kind::Http, "n:80", &[2u8; 8 * 1024], true).unwrap();
+        }
+        out.clear();
+        assert!(s.poll_transmit(lanes[0], 1, &mut out) > 0);
+        if s.stream(a).map_or(0, |st| st.bytes_sent) == 64 * 1024 {
+            return Some(step);
+        }
+    }
+    None
+}
+
+#[test]
+fn under_overload_an_older_page_s_rest_waits_only_for_the_heads_of_its_head_window() {
+    let dt = Duration::from_millis(10);
+    let w = cfg().head_window;
+    let window_steps = (w.as_millis() / dt.as_millis()) as u32;
+    // Due before a's rest: its head, the two heads that arrive each step until its
+    // deadline, one window after it began; then its other frames (an OPEN's frame carries
+    // less than a full one: five in all).
+    let bound = 2 * window_steps + 8;
+    let done = steps_to_finish_under_overload(w, dt, 10 * bound);
+    assert!(done.is_some_and(|n| n <= bound), "{done:?} > {bound}");
+    // Without the window (least attained service only) the newer heads kept passing it for
+    // as long as they kept arriving.
+    let unbounded = steps_to_finish_under_overload(crate::policy::MAX_PAGE_AGE, dt, 10 * bound);
+    assert_eq!(unbounded, None);
+}
+
+#[test]
+fn a_zero_head_window_is_strict_page_order() {
+    let c = Config {
+        head_window: Duration::ZERO,
+        ..cfg()
+    };
+    let t = Instant::now();
+    let mut s = Session::new(Role::Edge, 9, c, Policy::LeastOutstanding);
+    let lane = s.add_connection(t);
+    let mut hello = Vec::new();
+    Hello {
+        version: VERSION,
+        role: Role::Remote,
+        session: 9,
+        max_frame_size: 16384,
+        initial_window: 1 << 20,
+        max_streams: 100,
+        conn_window: Some(1 << 30),
+        features: Some(Features::PAGE_AGE),
+    }
+    .encode(&mut hello);
+    s.handle_input(lane, &hello, t);
+    let a = s
+        .open_aged(
+            Kind::Http,
+            "a:80",
+            &[1u8; 50_000],
+            true,
+            Duration::from_millis(1),
+        )
+        .unwrap();
+    let b = s.open(Kind::Http, "b:80", &[2u8; 50_000], true).unwrap();
+    let sent = |s: &Session, id| s.stream(id).map_or(u64::MAX, |st| st.bytes_sent);
+    let mut out = Vec::new();
+    while sent(&s, a) < 50_000 {
+        assert_eq!(
+            sent(&s, b),
+            0,
+            "the newer page waits for all of the older one"
+        );
+        assert!(s.poll_transmit(lane, 1, &mut out) > 0);
+    }
+    while sent(&s, b) < 50_000 {
+        assert!(s.poll_transmit(lane, 1, &mut out) > 0);
+    }
+}
+
 /// Bytes of the reply direction the remote has framed for stream `id`.
 fn reply_sent(p: &Pair, id: u64) -> u64 {
     p.remote.stream(id).map_or(u64::MAX, |s| s.bytes_sent)
@@ -1356,17 +1478,13 @@ fn reply_sent(p: &Pair, id: u64) -> u64 {
 #[test]
 fn replies_of_an_older_page_go_first_whatever_their_stream_order() {
     let mut p = Pair::with(tuned(), tuned());
-    // A page that began just now, then a request of a page that began two seconds ago.
+    // A page that began just now, then a request of a page that began earlier, within the
+    // head window.
+    let age = tuned().head_window / 2;
     let new = p.edge.open(Kind::Http, "a:80", b"GET /new", true).unwrap();
     let old = p
         .edge
-        .open_aged(
-            Kind::Http,
-            "b:80",
-            b"GET /old",
-            true,
-            Duration::from_secs(2),
-        )
+        .open_aged(Kind::Http, "b:80", b"GET /old", true, age)
         .unwrap();
     assert!(new < old);
     p.shuttle();
