@@ -1425,26 +1425,9 @@ fn under_overload_an_older_page_s_rest_waits_only_for_the_heads_of_its_head_wind
 
 #[test]
 fn a_zero_head_window_is_strict_page_order() {
-    let c = Config {
-        head_window: Duration::ZERO,
-        ..cfg()
-    };
-    let t = Instant::now();
-    let mut s = Session::new(Role::Edge, 9, c, Policy::LeastOutstanding);
-    let lane = s.add_connection(t);
-    let mut hello = Vec::new();
-    Hello {
-        version: VERSION,
-        role: Role::Remote,
-        session: 9,
-        max_frame_size: 16384,
-        initial_window: 1 << 20,
-        max_streams: 100,
-        conn_window: Some(1 << 30),
-        features: Some(Features::PAGE_AGE),
-    }
-    .encode(&mut hello);
-    s.handle_input(lane, &hello, t);
+    let (mut s, lanes, _t) = edge_with_lanes(1, Policy::LeastOutstanding);
+    s.cfg.head_window = Duration::ZERO;
+    let lane = lanes[0];
     let a = s
         .open_aged(
             Kind::Http,
