@@ -240,13 +240,6 @@ impl QuicOptions {
         })
     }
 
-    /// How long after a page began a newer page's first bytes still go ahead of its later
-    /// bytes in a connection's stream priorities (PROTOCOL.md §8.4): as on a TCP lane,
-    /// [`mux::config::head_window`] of the link's RTT.
-    pub fn head_window(&self) -> Duration {
-        mux::config::head_window(self.initial_rtt)
-    }
-
     /// The optional features this side announces: the page age, and parity when it runs it.
     fn features(&self) -> Features {
         if self.parity == ParityMode::Off {
@@ -1241,6 +1234,7 @@ impl QuicPool {
                 parity: parity.clone(),
                 path_loss: path_loss.clone(),
                 features: opts.features(),
+                head_window: cfg.mux.head_window,
             };
             tasks.push(tokio::spawn(run_slot(inner.clone(), dial, slot, backoff)));
         }
@@ -1482,6 +1476,9 @@ struct Dial {
     path_loss: SharedLoss,
     /// What this side announces in its HELLO.
     features: Features,
+    /// The session's head window, which orders its connections' streams as on a TCP lane
+    /// (`mux::Config::head_window`, [`stream_priority`]).
+    head_window: Duration,
 }
 
 /// A dialled connection: the connection, its traffic, whether the remote reads page ages,
@@ -1599,7 +1596,7 @@ async fn run_slot(inner: Arc<PoolInner>, dial: Dial, slot: usize, mut backoff: B
                     traffic,
                     page_age,
                     parity.as_ref(),
-                    dial.transport.opts.head_window(),
+                    dial.head_window,
                 );
                 tracing::info!(
                     slot,
@@ -2020,7 +2017,7 @@ async fn serve_conn(
         traffic,
         false,
         parity.as_ref(),
-        inner.transport.opts.head_window(),
+        inner.cfg.mux.head_window,
     );
     let id = q.id();
     {
