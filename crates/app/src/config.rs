@@ -133,6 +133,10 @@ pub struct QuicSection {
     /// whose path shows loss, `always` whatever the loss, `off` neither sends nor decodes
     /// them. Both sides must run it for it to act (the HELLOs say so).
     pub parity: ParityName,
+    /// `SO_RCVBUF`/`SO_SNDBUF` of each QUIC UDP socket in bytes; absent = 250 ms at
+    /// `link.rate_mbit`, at least 4 MiB (`pool::quic::udp_buffer_for_rate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp_buffer: Option<u64>,
 }
 
 /// `[quic] parity` / `--quic-parity`.
@@ -166,6 +170,7 @@ impl Default for QuicSection {
             idle_timeout_ms: DEFAULT_QUIC_IDLE_TIMEOUT_MS,
             initial_window: None,
             parity: ParityName::default(),
+            udp_buffer: None,
         }
     }
 }
@@ -173,17 +178,21 @@ impl Default for QuicSection {
 impl QuicSection {
     /// The pool crate's QUIC options for `link` and congestion control `cc`.
     pub fn options(&self, link: &LinkConfig, cc: &str) -> pool::quic::QuicOptions {
+        let base = pool::quic::QuicOptions::for_link_bdps(
+            Duration::from_millis(u64::from(link.rtt_ms)),
+            u64::from(link.rate_mbit) * 1_000_000,
+            link.stream_window_bdp,
+        );
         pool::quic::QuicOptions {
             congestion: cc.parse().unwrap_or_default(),
             initial_window: self.initial_window,
             keep_alive: Duration::from_millis(self.keep_alive_ms),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             parity: self.parity.mode(),
-            ..pool::quic::QuicOptions::for_link_bdps(
-                Duration::from_millis(u64::from(link.rtt_ms)),
-                u64::from(link.rate_mbit) * 1_000_000,
-                link.stream_window_bdp,
-            )
+            udp_buffer: self.udp_buffer.map_or(base.udp_buffer, |b| {
+                usize::try_from(b).unwrap_or(usize::MAX)
+            }),
+            ..base
         }
     }
 

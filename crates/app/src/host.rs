@@ -15,6 +15,10 @@
 //! own `cong_control` hook (BBR, which restarts from idle at its bandwidth estimate), so with
 //! `congestion = "bbr"` in force the setting does not touch the pool connections.
 //!
+//! It also reads the kernel's count of UDP datagrams dropped at a full socket receive buffer
+//! ([`read_udp_receive_buffer_errors`], the `longhaul_host_udp_receive_buffer_errors_total`
+//! counter at every scrape): a QUIC pool counts those as loss on the path.
+//!
 //! What it does NOT do: change the sysctl (the process should not need the privilege; the
 //! deploy/sysctl.d drop-in or `sysctl -w` does it), re-read it later (a change takes effect
 //! for the kernel at once, but the gauge shows the value at start), or check the QUIC carrier:
@@ -30,6 +34,37 @@ use crate::config::CarrierName;
 pub const SLOW_START_AFTER_IDLE: &str = "net.ipv4.tcp_slow_start_after_idle";
 /// Where the process reads it (its own network namespace's value).
 pub const SLOW_START_AFTER_IDLE_PATH: &str = "/proc/sys/net/ipv4/tcp_slow_start_after_idle";
+
+/// UDP datagrams dropped at a full socket receive buffer in this process's network namespace
+/// since boot: `RcvbufErrors` of `/proc/net/snmp` (IPv4) plus `Udp6RcvbufErrors` of
+/// `/proc/net/snmp6` where IPv6 is on.
+pub fn read_udp_receive_buffer_errors() -> io::Result<u64> {
+    let v4 = std::fs::read_to_string("/proc/self/net/snmp")?;
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "no Udp RcvbufErrors in snmp");
+    let mut n = udp_rcvbuf_errors_v4(&v4).ok_or_else(bad)?;
+    if let Ok(v6) = std::fs::read_to_string("/proc/self/net/snmp6") {
+        n += udp_rcvbuf_errors_v6(&v6).unwrap_or(0);
+    }
+    Ok(n)
+}
+
+/// `RcvbufErrors` of the `Udp:` lines of `/proc/net/snmp` (a header line of names, then one
+/// of values).
+fn udp_rcvbuf_errors_v4(snmp: &str) -> Option<u64> {
+    let mut lines = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    let at = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    values.split_whitespace().nth(at)?.parse().ok()
+}
+
+/// `Udp6RcvbufErrors` of `/proc/net/snmp6` (one `name value` per line).
+fn udp_rcvbuf_errors_v6(snmp6: &str) -> Option<u64> {
+    snmp6.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next()? == "Udp6RcvbufErrors").then(|| w.next()?.parse().ok())?
+    })
+}
 
 /// Reads `net.ipv4.tcp_slow_start_after_idle` of this process's network namespace.
 pub fn read_slow_start_after_idle() -> io::Result<bool> {
@@ -144,6 +179,22 @@ fn log_finding(finding: SlowStartAfterIdle, congestion: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn udp_receive_buffer_errors_are_read_by_name() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+            Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+            Udp: 85876 0 1220 16025 1219 0\n\
+            UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\n\
+            UdpLite: 0 0 0 0 7\n";
+        assert_eq!(udp_rcvbuf_errors_v4(snmp), Some(1219));
+        assert_eq!(udp_rcvbuf_errors_v4("Udp: InDatagrams\nUdp: 5\n"), None);
+        let snmp6 = "Udp6InDatagrams                 \t12\nUdp6RcvbufErrors                \t3\n";
+        assert_eq!(udp_rcvbuf_errors_v6(snmp6), Some(3));
+        assert_eq!(udp_rcvbuf_errors_v6("Udp6InDatagrams 1\n"), None);
+        // This process's namespace has the counter (it exists on every Linux since 2.6.x).
+        assert!(read_udp_receive_buffer_errors().is_ok());
+    }
 
     #[test]
     fn only_a_loss_based_tcp_pool_is_harmed() {

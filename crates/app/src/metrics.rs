@@ -117,6 +117,9 @@ pub struct Metrics {
     /// `net.ipv4.tcp_slow_start_after_idle` at start (no series until [`crate::host::check`]
     /// could read it).
     host_slow_start_after_idle: Family<[(&'static str, String); 0], Gauge>,
+    /// UDP datagrams the kernel dropped at a full socket receive buffer in the proxy's network
+    /// namespace, read at scrape time ([`crate::host::read_udp_receive_buffer_errors`]).
+    host_udp_rcvbuf_errors: Family<[(&'static str, String); 0], Counter>,
     /// SIGHUP reloads that kept the running configuration or key files, by `what` failed.
     reload_failures: Family<Labels1, Counter>,
     /// Remote pool servers whose admission is read at scrape time.
@@ -168,6 +171,7 @@ impl Metrics {
             handshakes_pending: Family::default(),
             refused: Family::default(),
             host_slow_start_after_idle: Family::default(),
+            host_udp_rcvbuf_errors: Family::default(),
             reload_failures: Family::default(),
             admission: Mutex::new(Vec::new()),
             sources: Mutex::new(Vec::new()),
@@ -326,6 +330,14 @@ impl Metrics {
             m.host_slow_start_after_idle.clone(),
         );
         registry.register(
+            "host_udp_receive_buffer_errors",
+            "UDP datagrams the kernel dropped at a full socket receive buffer (RcvbufErrors of \
+             /proc/net/snmp and snmp6) in the proxy's network namespace, every socket counted: \
+             a rise while the QUIC carrier runs is loss the link did not cause; raise \
+             quic.udp_buffer or net.core.rmem_max",
+            m.host_udp_rcvbuf_errors.clone(),
+        );
+        registry.register(
             "reload_failures",
             "SIGHUP reloads that failed and kept what was running, by what did not load: config \
              (the configuration file) or tls (the certificate, key or CA files)",
@@ -392,6 +404,14 @@ impl Metrics {
     }
 
     fn refresh_pool_gauges(&self) {
+        // The kernel counts; the counter follows (it never goes down).
+        if let Ok(n) = crate::host::read_udp_receive_buffer_errors() {
+            let c = self.host_udp_rcvbuf_errors.get_or_create(&[]);
+            let cur = c.get();
+            if n > cur {
+                c.inc_by(n - cur);
+            }
+        }
         self.conn_up.clear();
         self.conn_rtt.clear();
         self.conn_tcp_rtt.clear();

@@ -972,6 +972,30 @@ rate_mbit = 50
     }
 
     #[test]
+    fn the_udp_buffer_follows_the_link_rate_unless_set() {
+        let fast: EdgeConfig = toml::from_str("[link]\nrtt_ms = 130\nrate_mbit = 1000\n").unwrap();
+        fast.validate().unwrap();
+        assert_eq!(
+            fast.pool.quic.options(&fast.link, "bbr").udp_buffer,
+            31_250_000
+        );
+        let set: EdgeConfig = toml::from_str("[pool.quic]\nudp_buffer = 1048576\n").unwrap();
+        set.validate().unwrap();
+        assert_eq!(set.pool.quic.options(&set.link, "bbr").udp_buffer, 1 << 20);
+        let small: EdgeConfig = toml::from_str("[pool.quic]\nudp_buffer = 1024\n").unwrap();
+        // Checked where QUIC runs (with [pool.tls]), as every [pool.quic] key.
+        let e = small
+            .pool
+            .quic
+            .validate("pool.quic", &small.link)
+            .unwrap_err();
+        assert!(
+            e.starts_with("pool.quic: quic udp_buffer 1024 must be in"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_stream_window_follows_link_stream_window_bdp() {
         let c: EdgeConfig = toml::from_str(
             "[link]

@@ -23,6 +23,9 @@
 //! * [`set_thread_realtime`], [`set_thread_nice`] and [`set_timer_slack`]: scheduling of the calling thread
 //!   (the emulator's threads ask for a higher share and tight timers).
 //! * [`set_window_clamp`]: `TCP_WINDOW_CLAMP`, caps the receive window a socket advertises.
+//! * [`force_recv_buffer`] and [`force_send_buffer`]: `SO_RCVBUFFORCE` / `SO_SNDBUFFORCE`,
+//!   a socket buffer past `net.core.rmem_max` / `wmem_max` (needs `CAP_NET_ADMIN`; the plain
+//!   `SO_RCVBUF` / `SO_SNDBUF` are `socket2`'s).
 //! * [`block_signals`], [`wait_signal`] and [`send_signal`]: synchronous signal handling
 //!   (`pthread_sigmask`, `sigwaitinfo`, `kill`) for command-line tools that must tear down
 //!   on Ctrl-C.
@@ -456,6 +459,21 @@ pub fn set_timer_slack(ns: u64) -> io::Result<()> {
 pub fn set_window_clamp(fd: impl AsFd, bytes: u32) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     setsockopt_int(fd.as_fd(), libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, v)
+}
+
+/// Sets `SO_RCVBUFFORCE`: the socket's receive buffer to `bytes` (the kernel doubles it for
+/// its bookkeeping, as for `SO_RCVBUF`) whatever `net.core.rmem_max` says. Fails with
+/// `EPERM` without `CAP_NET_ADMIN`.
+pub fn force_recv_buffer(fd: impl AsFd, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v)
+}
+
+/// Sets `SO_SNDBUFFORCE`: the socket's send buffer to `bytes` (doubled, as `SO_SNDBUF`)
+/// whatever `net.core.wmem_max` says. Fails with `EPERM` without `CAP_NET_ADMIN`.
+pub fn force_send_buffer(fd: impl AsFd, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt_int(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, v)
 }
 
 /// Sets `SO_MAX_PACING_RATE` to `bytes_per_sec`: a cap on the socket's pacing rate. On

@@ -5,7 +5,8 @@
 //! (bounded stream and connection receive windows, send window, congestion
 //! controller BBR/Cubic/NewReno or the provisioned-rate controller [`crate::rate`], initial
 //! window, keep-alive, idle timeout;
-//! GSO/GRO as quinn enables them where the kernel has them). The edge side
+//! GSO/GRO as quinn enables them where the kernel has them; every UDP socket's receive and
+//! send buffers sized to hold a quarter second of the link, [`size_udp_socket`]). The edge side
 //! dials N connections with mutual TLS from the same files as the TCP pool
 //! ([`crate::tls::TlsClient`], ALPN `longhaul/1`), re-dials lost ones with
 //! backoff and opens each stream as a bidirectional QUIC stream on the
@@ -120,6 +121,96 @@ pub const SEND_WINDOW_MARGIN_BDPS: u64 = 2;
 /// Smallest send window, whatever the link (≥ 4 minimum stream windows).
 pub const MIN_CONN_WINDOW: u64 = 4 * mux::config::MIN_STREAM_WINDOW as u64;
 
+/// How long a UDP socket's receive buffer holds arrivals at the link's rate by default
+/// ([`udp_buffer_for_rate`]): the time the process may go without reading (a busy or
+/// descheduled host) before the kernel drops datagrams, which QUIC then counts as loss on the
+/// path (its controller backs off, parity may turn on) although the link lost nothing.
+pub const UDP_BUFFER_TIME: Duration = Duration::from_millis(250);
+/// Smallest default UDP socket buffer, bytes (quic-go asks for 7 MiB on every host).
+pub const MIN_UDP_BUFFER: usize = 4 << 20;
+/// Largest default UDP socket buffer, bytes.
+pub const MAX_DEFAULT_UDP_BUFFER: usize = 256 << 20;
+/// Bounds of a configured UDP socket buffer, bytes (`QuicOptions::validate`).
+pub const UDP_BUFFER_RANGE: std::ops::RangeInclusive<usize> = (64 << 10)..=(1 << 30);
+
+/// The default `SO_RCVBUF`/`SO_SNDBUF` of the pool's UDP sockets for a link of `rate_bps`:
+/// [`UDP_BUFFER_TIME`] of the rate, within [`MIN_UDP_BUFFER`]..=[`MAX_DEFAULT_UDP_BUFFER`]
+/// (4 MiB up to 134 Mbit/s; 31.25 MB at 1 Gbit/s). The kernel doubles the value for its
+/// bookkeeping, so a buffer holds about this many bytes of datagrams.
+pub fn udp_buffer_for_rate(rate_bps: u64) -> usize {
+    let b = u128::from(rate_bps) * UDP_BUFFER_TIME.as_micros() / 8_000_000;
+    usize::try_from(b)
+        .unwrap_or(usize::MAX)
+        .clamp(MIN_UDP_BUFFER, MAX_DEFAULT_UDP_BUFFER)
+}
+
+/// The buffers a UDP socket got ([`size_udp_socket`]), each as the value set (half what the
+/// kernel reports, which counts its bookkeeping twice over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpBuffers {
+    /// Receive buffer.
+    pub recv: usize,
+    /// Send buffer.
+    pub send: usize,
+}
+
+/// Sets a pool UDP socket's receive and send buffers to `bytes` each: `SO_RCVBUF`/`SO_SNDBUF`,
+/// then, where `net.core.rmem_max`/`wmem_max` capped them, `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`
+/// (with `CAP_NET_ADMIN`). A kernel default buffer (208 KiB) holds about 10 ms at 100 Mbit/s:
+/// a receiver that misses that long drops datagrams the link delivered. Logs a warning once
+/// per process when a buffer stays below `bytes`, with the sysctl that lifts the cap; never
+/// fails the socket for it.
+pub fn size_udp_socket(sock: &std::net::UdpSocket, bytes: usize) -> UdpBuffers {
+    let s = socket2::SockRef::from(sock);
+    let recv = grow_buffer(
+        bytes,
+        || s.recv_buffer_size(),
+        |n| s.set_recv_buffer_size(n),
+        |n| netsys::force_recv_buffer(sock, n),
+    );
+    let send = grow_buffer(
+        bytes,
+        || s.send_buffer_size(),
+        |n| s.set_send_buffer_size(n),
+        |n| netsys::force_send_buffer(sock, n),
+    );
+    let got = UdpBuffers { recv, send };
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if (recv < bytes || send < bytes) && !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            asked = bytes,
+            recv,
+            send,
+            fix = "set net.core.rmem_max and net.core.wmem_max to at least the asked size \
+                   (deploy/sysctl.d/90-longhaul.conf), or give the service CAP_NET_ADMIN",
+            "QUIC: UDP socket buffers below the asked size: datagrams that arrive while the \
+             process is busy are dropped by the kernel and count as loss on the path"
+        );
+    } else {
+        tracing::debug!(asked = bytes, recv, send, "QUIC UDP socket buffers");
+    }
+    got
+}
+
+/// One buffer of [`size_udp_socket`]: `get` reads the kernel's (doubled) size, `set` asks
+/// plainly, `force` past the sysctl cap; returns the size set (half the kernel's).
+fn grow_buffer(
+    bytes: usize,
+    get: impl Fn() -> io::Result<usize>,
+    set: impl Fn(usize) -> io::Result<()>,
+    force: impl Fn(usize) -> io::Result<()>,
+) -> usize {
+    let now = || get().map_or(0, |n| n / 2);
+    if now() >= bytes {
+        return now();
+    }
+    let _ = set(bytes);
+    if now() < bytes {
+        let _ = force(bytes);
+    }
+    now()
+}
+
 /// Congestion controller of each QUIC connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Congestion {
@@ -179,6 +270,9 @@ pub struct QuicOptions {
     pub link_rate_bps: u64,
     /// When the pool sends parity datagrams ([`crate::parity::ParityMode`]).
     pub parity: ParityMode,
+    /// `SO_RCVBUF` and `SO_SNDBUF` of every pool UDP socket, bytes ([`size_udp_socket`];
+    /// default [`udp_buffer_for_rate`] of the link rate).
+    pub udp_buffer: usize,
     /// Edge side: which connection a new stream goes on, when it differs from
     /// [`crate::PoolConfig::policy`] (under `auto` that one places the TCP fallback's streams;
     /// the edge's default is `pack` for QUIC, `least-outstanding` for TCP). `None`: the pool
@@ -224,6 +318,7 @@ impl QuicOptions {
             initial_rtt: rtt,
             link_rate_bps: rate_bps,
             parity: ParityMode::default(),
+            udp_buffer: udp_buffer_for_rate(rate_bps),
             policy: None,
         }
     }
@@ -274,6 +369,14 @@ impl QuicOptions {
         }
         IdleTimeout::try_from(self.idle_timeout)
             .map_err(|_| "quic idle_timeout is too large".to_string())?;
+        if !UDP_BUFFER_RANGE.contains(&self.udp_buffer) {
+            return Err(format!(
+                "quic udp_buffer {} must be in {}..={}",
+                self.udp_buffer,
+                UDP_BUFFER_RANGE.start(),
+                UDP_BUFFER_RANGE.end()
+            ));
+        }
         if let Some(w) = self.initial_window {
             if w < 2 * 1200 {
                 return Err("quic initial_window must be at least 2400 bytes".into());
@@ -1510,7 +1613,9 @@ impl Dial {
         // path problem on one flow does not take down the others.
         let runtime = quinn::default_runtime()
             .ok_or_else(|| io::Error::other("no async runtime for QUIC"))?;
-        let udp = runtime.wrap_udp_socket(std::net::UdpSocket::bind(bind)?)?;
+        let udp = std::net::UdpSocket::bind(bind)?;
+        size_udp_socket(&udp, self.transport.opts.udp_buffer);
+        let udp = runtime.wrap_udp_socket(udp)?;
         let parity = self.parity.as_ref().map(|p| p.wrap(udp.clone()));
         let socket: Arc<dyn quinn::AsyncUdpSocket> = match &parity {
             Some(p) => p.clone(),
@@ -1794,7 +1899,9 @@ impl QuicServer {
         };
         let runtime = quinn::default_runtime()
             .ok_or_else(|| io::Error::other("no async runtime for QUIC"))?;
-        let udp = runtime.wrap_udp_socket(std::net::UdpSocket::bind(addr)?)?;
+        let udp = std::net::UdpSocket::bind(addr)?;
+        size_udp_socket(&udp, opts.udp_buffer);
+        let udp = runtime.wrap_udp_socket(udp)?;
         let parity = opts.parity_opts().map(|p| p.wrap(udp.clone()));
         let socket: Arc<dyn quinn::AsyncUdpSocket> = match &parity {
             Some(p) => p.clone(),
@@ -2098,6 +2205,60 @@ async fn serve_conn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn udp_buffers_hold_a_quarter_second_of_the_link_within_bounds() {
+        assert_eq!(udp_buffer_for_rate(100_000_000), MIN_UDP_BUFFER);
+        assert_eq!(udp_buffer_for_rate(1_000_000_000), 31_250_000);
+        assert_eq!(udp_buffer_for_rate(u64::MAX), MAX_DEFAULT_UDP_BUFFER);
+        assert_eq!(QuicOptions::default().udp_buffer, MIN_UDP_BUFFER);
+        let mut o = QuicOptions {
+            udp_buffer: 1024,
+            ..QuicOptions::default()
+        };
+        assert!(o.validate().unwrap_err().contains("udp_buffer"));
+        o.udp_buffer = 64 << 10;
+        assert!(o.validate().is_ok());
+    }
+
+    /// `CAP_NET_ADMIN` (bit 12) in the process's effective capabilities.
+    fn has_net_admin() -> bool {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let caps = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+            .unwrap();
+        caps & (1 << 12) != 0
+    }
+
+    #[test]
+    fn a_udp_socket_gets_its_buffers_past_the_sysctl_cap_with_the_capability() {
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let s = socket2::SockRef::from(&u);
+        let want = 24 << 20;
+        let got = size_udp_socket(&u, want);
+        assert_eq!(got.recv, s.recv_buffer_size().unwrap() / 2);
+        assert_eq!(got.send, s.send_buffer_size().unwrap() / 2);
+        if has_net_admin() {
+            assert_eq!(
+                got,
+                UdpBuffers {
+                    recv: want,
+                    send: want
+                }
+            );
+        } else {
+            let cap = |k: &str| -> usize {
+                let p = format!("/proc/sys/net/core/{k}");
+                std::fs::read_to_string(p).unwrap().trim().parse().unwrap()
+            };
+            assert_eq!(got.recv, want.min(cap("rmem_max")));
+            assert_eq!(got.send, want.min(cap("wmem_max")));
+        }
+        // Asking for less than the socket has leaves it as it is.
+        assert_eq!(size_udp_socket(&u, 64 << 10), got);
+    }
     use crate::tls::{gen_keys, GenKeysOptions, TlsFiles};
     use crate::{Pool, PoolConfig, Server};
     use mux::frame::QUIC_HELLO_LEN;
