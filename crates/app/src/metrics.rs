@@ -404,13 +404,9 @@ impl Metrics {
     }
 
     fn refresh_pool_gauges(&self) {
-        // The kernel counts; the counter follows (it never goes down).
+        // The kernel counts; the counter follows.
         if let Ok(n) = crate::host::read_udp_receive_buffer_errors() {
-            let c = self.host_udp_rcvbuf_errors.get_or_create(&[]);
-            let cur = c.get();
-            if n > cur {
-                c.inc_by(n - cur);
-            }
+            follow(&self.host_udp_rcvbuf_errors.get_or_create(&[]), n);
         }
         self.conn_up.clear();
         self.conn_rtt.clear();
@@ -445,17 +441,14 @@ impl Metrics {
                     .get_or_create(&[("pool", name.clone()), ("carrier", c.name().into())])
                     .set(i64::from(c == now));
             }
-            // The pool counts; the counter follows (it never goes down).
+            // The pool counts; the counter follows.
             for (from, to, n) in switches {
                 let c = self.carrier_switches.get_or_create(&[
                     ("pool", name.clone()),
                     ("from", from.name().into()),
                     ("to", to.name().into()),
                 ]);
-                let cur = c.get();
-                if n > cur {
-                    c.inc_by(n - cur);
-                }
+                follow(&c, n);
             }
         }
         for (name, source) in snapshot(&self.admission) {
@@ -533,6 +526,16 @@ impl Metrics {
                 }
             }
         }
+    }
+}
+
+/// Advances `counter` to `count`, a monotonic count kept elsewhere (the kernel's, a
+/// pool's). A count below the counter (the source restarted) leaves it where it is: a
+/// Prometheus counter never goes down.
+fn follow(counter: &Counter, count: u64) {
+    let cur = counter.get();
+    if count > cur {
+        counter.inc_by(count - cur);
     }
 }
 
@@ -706,6 +709,20 @@ mod tests {
         assert_eq!(status_class(403), "4xx");
         assert_eq!(status_class(504), "5xx");
         assert_eq!(status_class(0), "none");
+    }
+
+    #[test]
+    fn a_followed_counter_moves_up_to_the_count_and_never_down() {
+        let c = Counter::default();
+        follow(&c, 5);
+        assert_eq!(c.get(), 5);
+        follow(&c, 5);
+        assert_eq!(c.get(), 5);
+        follow(&c, 12);
+        assert_eq!(c.get(), 12);
+        // The source restarted (a new namespace, a rebuilt pool): the counter keeps its value.
+        follow(&c, 3);
+        assert_eq!(c.get(), 12);
     }
 
     #[test]
