@@ -427,7 +427,9 @@ pub struct PoolSide {
 impl PoolSide {
     /// The pool's security rules, the same on both sides: QUIC needs the TLS section and valid
     /// QUIC settings; a TLS section is well-formed; without one, `requires_tls` (why the pool
-    /// leaves this host, if it does) is an error.
+    /// leaves this host, if it does) is an error. A QUIC section with any key set is checked
+    /// even where QUIC does not run (carrier `tcp`, or `auto` without TLS): a bad value is
+    /// reported at load, not when the carrier changes.
     pub fn check_security(
         &self,
         carrier: CarrierName,
@@ -437,16 +439,15 @@ impl PoolSide {
         requires_tls: Option<String>,
     ) -> Result<(), String> {
         let (p, prog) = (self.prefix, self.prog);
-        if carrier == CarrierName::Quic {
-            if tls.is_none() {
-                return Err(format!(
-                    "{p}carrier = \"quic\" needs a [{p}tls] section (cert, key, ca): QUIC always \
-                     runs mutual TLS — `{prog} gen-keys --out DIR` makes the files"
-                ));
-            }
-            quic.validate(&format!("{p}quic"), link)?;
+        if carrier == CarrierName::Quic && tls.is_none() {
+            return Err(format!(
+                "{p}carrier = \"quic\" needs a [{p}tls] section (cert, key, ca): QUIC always \
+                 runs mutual TLS — `{prog} gen-keys --out DIR` makes the files"
+            ));
         }
-        if carrier == CarrierName::Auto && tls.is_some() {
+        let runs_quic =
+            carrier == CarrierName::Quic || (carrier == CarrierName::Auto && tls.is_some());
+        if runs_quic || *quic != QuicSection::default() {
             quic.validate(&format!("{p}quic"), link)?;
         }
         match (tls, requires_tls) {

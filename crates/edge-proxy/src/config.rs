@@ -982,17 +982,19 @@ rate_mbit = 50
         let set: EdgeConfig = toml::from_str("[pool.quic]\nudp_buffer = 1048576\n").unwrap();
         set.validate().unwrap();
         assert_eq!(set.pool.quic.options(&set.link, "bbr").udp_buffer, 1 << 20);
-        let small: EdgeConfig = toml::from_str("[pool.quic]\nudp_buffer = 1024\n").unwrap();
-        // Checked where QUIC runs (with [pool.tls]), as every [pool.quic] key.
-        let e = small
-            .pool
-            .quic
-            .validate("pool.quic", &small.link)
-            .unwrap_err();
-        assert!(
-            e.starts_with("pool.quic: quic udp_buffer 1024 must be in"),
-            "{e}"
-        );
+        // Refused even where QUIC does not run (no [pool.tls], so TCP only), as every
+        // [pool.quic] key that is set.
+        for carrier in ["auto", "tcp"] {
+            let small: EdgeConfig = toml::from_str(&format!(
+                "[pool]\ncarrier = \"{carrier}\"\n[pool.quic]\nudp_buffer = 1024\n"
+            ))
+            .unwrap();
+            let e = small.validate().unwrap_err();
+            assert!(
+                e.starts_with("pool.quic: quic udp_buffer 1024 must be in"),
+                "{carrier}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -262,6 +262,19 @@ mod tests {
     }
 
     #[test]
+    fn a_set_quic_key_is_checked_where_quic_does_not_run() {
+        // No [tls]: the remote listens over TCP only, and still refuses a bad [quic] value.
+        let c: RemoteConfig = toml::from_str("[quic]\nudp_buffer = 1024\n").unwrap();
+        let e = c.validate().unwrap_err();
+        assert!(
+            e.starts_with("quic: quic udp_buffer 1024 must be in"),
+            "{e}"
+        );
+        let c: RemoteConfig = toml::from_str("[quic]\nudp_buffer = 1048576\n").unwrap();
+        c.validate().unwrap();
+    }
+
+    #[test]
     fn pool_admission_limits_are_read_and_checked() {
         let c: RemoteConfig = toml::from_str(
             "max_pool_connections = 64\nmax_handshakes = 32\nmax_handshakes_per_source = 16\n",
