@@ -72,6 +72,12 @@ pub trait Bed {
     fn long_link(&self) -> Option<LongLink> {
         None
     }
+    /// UDP datagrams the kernel of `node`'s namespace dropped at a full socket receive buffer
+    /// since the namespace came up (`app::host::read_udp_receive_buffer_errors_in`); `None`
+    /// where the bed cannot read it.
+    fn udp_receive_buffer_errors(&self, _node: Node) -> Option<u64> {
+        None
+    }
     /// Restores files the bed's commands depend on if something outside removed them;
     /// returns whether anything had to be restored.
     fn heal(&self) -> Result<bool> {
@@ -171,6 +177,16 @@ impl Bed for EmulatedBed {
     fn long_link(&self) -> Option<LongLink> {
         let (down, up) = self.topo.long_link_stats();
         Some((down.model, up.model))
+    }
+    fn udp_receive_buffer_errors(&self, node: Node) -> Option<u64> {
+        // A thread that entered the namespace reads its own view of /proc/net.
+        let net = std::path::Path::new("/proc/thread-self/net");
+        self.topo
+            .run_in(node.into(), || {
+                app::host::read_udp_receive_buffer_errors_in(net)
+            })
+            .ok()?
+            .ok()
     }
 }
 

@@ -101,6 +101,36 @@ pub struct LoadPoint {
     /// arrivals (absent in runs made before it was recorded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arrivals_seed: Option<u64>,
+    /// UDP datagrams the edge's and the remote's kernels dropped at a full socket receive
+    /// buffer during the point (a QUIC pool counts them as loss on the path; every UDP socket
+    /// of the namespace is counted; absent where the bed cannot read the counters and in runs
+    /// made before they were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_rcvbuf_drops: Option<UdpDrops>,
+}
+
+/// UDP receive-buffer drops of one load point, per proxy namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpDrops {
+    /// In the edge's namespace (replies arriving over QUIC).
+    pub edge: u64,
+    /// In the remote's namespace (requests and acknowledgements over QUIC).
+    pub remote: u64,
+}
+
+impl UdpDrops {
+    /// The drops between two readings `(edge, remote)` of the namespaces' counters; `None`
+    /// if any reading is missing. A counter that went down (the namespace was recreated)
+    /// gives 0, never a wrapped count.
+    pub fn between(
+        before: (Option<u64>, Option<u64>),
+        after: (Option<u64>, Option<u64>),
+    ) -> Option<UdpDrops> {
+        Some(UdpDrops {
+            edge: after.0?.saturating_sub(before.0?),
+            remote: after.1?.saturating_sub(before.1?),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -134,6 +164,7 @@ impl LoadPoint {
             wire_load: None,
             fifo_wait_ms_median: None,
             arrivals_seed: None,
+            udp_rcvbuf_drops: None,
         }
     }
 }
@@ -230,14 +261,16 @@ pub fn markdown(points: &[LoadPoint]) -> String {
          wait of this draw's pages at a link that serves whole pages first come first served \
          at its rate. Down link: the emulated long link from remote to edge during the \
          point (replies); up link: from edge to remote (requests and acknowledgements). \
+         UDP receive-buffer drops: datagrams the edge's and the remote's kernels dropped at a \
+         full socket receive buffer during the point (a QUIC pool counts them as loss). \
          Arrivals' seed: points with the same seed drew the same arrivals.\n\n\
          | profile | workload | system | offered Mbit/s | arrived Mbit/s | steady carried Mbit/s | \
          carried to the end Mbit/s | pages | failed | \
          median PLT ms | wire load | FIFO wait ms | down-link queue drops | \
          down-link random losses | \
          down-link mean queue wait ms | up-link queue drops | up-link random losses | \
-         up-link mean queue wait ms | arrivals' seed |\n\
-         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         up-link mean queue wait ms | UDP receive-buffer drops edge / remote | arrivals' seed |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let cells = |l: Option<LinkPoint>| {
         l.map_or((String::new(), String::new(), String::new()), |d| {
@@ -253,7 +286,7 @@ pub fn markdown(points: &[LoadPoint]) -> String {
         let (up_drops, up_lost, up_wait) = cells(p.up_link);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} | {} |",
+            "| {} | {} | {} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {drops} | {lost} | {wait} | {up_drops} | {up_lost} | {up_wait} | {} | {} |",
             p.profile,
             p.workload,
             p.system,
@@ -271,6 +304,8 @@ pub fn markdown(points: &[LoadPoint]) -> String {
             p.wire_load.map_or(String::new(), |l| format!("{l:.2}")),
             p.fifo_wait_ms_median
                 .map_or(String::new(), |m| format!("{m:.0}")),
+            p.udp_rcvbuf_drops
+                .map_or(String::new(), |d| format!("{} / {}", d.edge, d.remote)),
             p.arrivals_seed.map_or(String::new(), |s| s.to_string()),
         );
     }
@@ -594,19 +629,60 @@ mod tests {
             arrivals_seed: Some(14),
             ..pt.clone()
         };
-        let md = markdown(&[pt, linked, steady, seeded]);
+        let dropped = LoadPoint {
+            udp_rcvbuf_drops: Some(UdpDrops {
+                edge: 1048,
+                remote: 0,
+            }),
+            arrivals_seed: Some(15),
+            ..pt.clone()
+        };
+        let md = markdown(&[pt, linked, steady, seeded, dropped]);
         assert!(md.contains(
-            "| satellite | yahoo | direct | 25.0 |  |  | 15.8 | 57 | 0 | 7308 |  |  |  |  |  |  |  |  |  |"
+            "| satellite | yahoo | direct | 25.0 |  |  | 15.8 | 57 | 0 | 7308 |  |  |  |  |  |  |  |  |  |  |"
         ));
         assert!(
-            md.contains("| 7308 | 0.96 | 73 | 12 of 20000 | 20 | 212 |  |  |  |"),
+            md.contains("| 7308 | 0.96 | 73 | 12 of 20000 | 20 | 212 |  |  |  |  |"),
             "{md}"
         );
         assert!(
             md.contains("| direct | 25.0 | 24.2 | 24.0 of 24.5 due from 10 s | 15.8 | 57 |"),
             "{md}"
         );
-        assert!(md.contains("|  |  |  |  |  |  | 14 |\n"), "{md}");
+        assert!(md.contains("|  |  |  |  |  |  |  | 14 |\n"), "{md}");
+        assert!(md.contains("|  |  |  |  |  |  | 1048 / 0 | 15 |\n"), "{md}");
+        // A point of a run made before the drops were recorded (2026-11-29) reads without them.
+        let old: LoadPoint = serde_json::from_str(
+            r#"{"profile": "pacific", "system": "longhaul-quic N=4 rate pack",
+                "workload": "yahoo", "offered_mbit": 90.0, "carried_mbit": 64.67,
+                "arrived_mbit": 91.95, "steady_mbit": 62.07, "steady_from_s": 6.61,
+                "due_mbit": 93.12, "pages": 404, "failures": 0, "plt_ms_median": 6605.6,
+                "down_link": {"packets": 163737, "queue_drops": 0, "loss_drops": 0,
+                              "queue_wait_ms_mean": 4.53, "bytes": 241614566},
+                "window_s": 20.0, "wire_load": 0.966, "fifo_wait_ms_median": 195.2,
+                "arrivals_seed": 6}"#,
+        )
+        .unwrap();
+        assert_eq!(old.udp_rcvbuf_drops, None);
+        assert_eq!(old.pages, 404);
+    }
+
+    #[test]
+    fn udp_drops_are_the_counters_difference_and_need_every_reading() {
+        assert_eq!(
+            UdpDrops::between((Some(10), Some(3)), (Some(1058), Some(3))),
+            Some(UdpDrops {
+                edge: 1048,
+                remote: 0
+            })
+        );
+        assert_eq!(UdpDrops::between((None, Some(3)), (Some(5), Some(3))), None);
+        assert_eq!(UdpDrops::between((Some(1), Some(3)), (Some(5), None)), None);
+        // A recreated namespace starts again from 0: no wrapped count.
+        assert_eq!(
+            UdpDrops::between((Some(500), Some(0)), (Some(20), Some(0))),
+            Some(UdpDrops { edge: 0, remote: 0 })
+        );
     }
 
     /// A page of `objects` objects of `bytes` each arriving every `gap` seconds for `window`,

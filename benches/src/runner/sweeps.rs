@@ -102,10 +102,18 @@ pub(super) fn load_cell(
 fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) -> Result<LoadPoint> {
     let rate = crate::load::rate_for(w, f * pr.link.rate_bps / 1e6);
     let seed = pr.suite.seed.wrapping_add(k as u64);
+    let udp_drops = || {
+        (
+            pr.bed.udp_receive_buffer_errors(Node::Edge),
+            pr.bed.udp_receive_buffer_errors(Node::Remote),
+        )
+    };
+    let udp_before = udp_drops();
     let before = pr.bed.long_link();
     let r = pr
         .tr
         .load(sys.proxy, &w.id, rate, pr.suite.load_window, seed)?;
+    let udp_rcvbuf_drops = crate::load::UdpDrops::between(udp_before, udp_drops());
     let links = before.zip(pr.bed.long_link()).map(|(b, a)| {
         (
             LinkPoint::between(&b.0, &a.0),
@@ -145,6 +153,7 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
         wire_load: reference.map(|x| x.wire_load),
         fifo_wait_ms_median: reference.and_then(|x| x.fifo_wait_ms_median),
         arrivals_seed: Some(seed),
+        udp_rcvbuf_drops,
     };
     let link_note = links.map_or(String::new(), |(d, u)| {
         format!(
@@ -159,8 +168,14 @@ fn load_point(pr: &ProfileRun, sys: &Running, w: &Workload, k: usize, f: f64) ->
             u.queue_wait_ms_mean
         )
     });
+    let drop_note = udp_rcvbuf_drops.map_or(String::new(), |d| {
+        format!(
+            "; UDP receive-buffer drops: edge {}, remote {}",
+            d.edge, d.remote
+        )
+    });
     pr.log(&format!(
-        "      {:<40} offered {:>7.1} arrived {:>7.1} carried {:>7.1} of {:.1} due (steady from {:.0} s; {:.1} to the last load's end) Mbit/s, {} pages, {} failed, median PLT {} ms, wire load {} of the rate, FIFO-link median wait {} ms (computed), arrivals' seed {seed}{link_note}",
+        "      {:<40} offered {:>7.1} arrived {:>7.1} carried {:>7.1} of {:.1} due (steady from {:.0} s; {:.1} to the last load's end) Mbit/s, {} pages, {} failed, median PLT {} ms, wire load {} of the rate, FIFO-link median wait {} ms (computed), arrivals' seed {seed}{link_note}{drop_note}",
         pt.system,
         pt.offered_mbit,
         r.arrived_mbit,

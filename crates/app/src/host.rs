@@ -17,7 +17,9 @@
 //!
 //! It also reads the kernel's count of UDP datagrams dropped at a full socket receive buffer
 //! ([`read_udp_receive_buffer_errors`], the `longhaul_host_udp_receive_buffer_errors_total`
-//! counter at every scrape): a QUIC pool counts those as loss on the path.
+//! counter at every scrape): a QUIC pool counts those as loss on the path. The benchmark
+//! runner reads the same count in each test bed namespace
+//! ([`read_udp_receive_buffer_errors_in`]).
 //!
 //! What it does NOT do: change the sysctl (the process should not need the privilege; the
 //! deploy/sysctl.d drop-in or `sysctl -w` does it), re-read it later (a change takes effect
@@ -39,10 +41,17 @@ pub const SLOW_START_AFTER_IDLE_PATH: &str = "/proc/sys/net/ipv4/tcp_slow_start_
 /// since boot: `RcvbufErrors` of `/proc/net/snmp` (IPv4) plus `Udp6RcvbufErrors` of
 /// `/proc/net/snmp6` where IPv6 is on.
 pub fn read_udp_receive_buffer_errors() -> io::Result<u64> {
-    let v4 = std::fs::read_to_string("/proc/self/net/snmp")?;
+    read_udp_receive_buffer_errors_in(Path::new("/proc/self/net"))
+}
+
+/// The same count for the network namespace whose `/proc/.../net` directory is `net`:
+/// `/proc/thread-self/net` for the calling thread's namespace (a thread that entered another
+/// namespace with `setns`, as the test bed's do), `/proc/PID/net` for a process's.
+pub fn read_udp_receive_buffer_errors_in(net: &Path) -> io::Result<u64> {
+    let v4 = std::fs::read_to_string(net.join("snmp"))?;
     let bad = || io::Error::new(io::ErrorKind::InvalidData, "no Udp RcvbufErrors in snmp");
     let mut n = udp_rcvbuf_errors_v4(&v4).ok_or_else(bad)?;
-    if let Ok(v6) = std::fs::read_to_string("/proc/self/net/snmp6") {
+    if let Ok(v6) = std::fs::read_to_string(net.join("snmp6")) {
         n += udp_rcvbuf_errors_v6(&v6).unwrap_or(0);
     }
     Ok(n)
@@ -194,6 +203,24 @@ mod tests {
         assert_eq!(udp_rcvbuf_errors_v6("Udp6InDatagrams 1\n"), None);
         // This process's namespace has the counter (it exists on every Linux since 2.6.x).
         assert!(read_udp_receive_buffer_errors().is_ok());
+        assert!(read_udp_receive_buffer_errors_in(Path::new("/proc/thread-self/net")).is_ok());
+    }
+
+    #[test]
+    fn a_namespace_s_count_adds_ipv6_to_ipv4_where_it_has_both() {
+        let dir = std::env::temp_dir().join(format!("longhaul-host-net-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let snmp = "Udp: InDatagrams RcvbufErrors\nUdp: 100 7\n";
+        std::fs::write(dir.join("snmp"), snmp).unwrap();
+        assert_eq!(read_udp_receive_buffer_errors_in(&dir).unwrap(), 7);
+        std::fs::write(dir.join("snmp6"), "Udp6RcvbufErrors 5\n").unwrap();
+        assert_eq!(read_udp_receive_buffer_errors_in(&dir).unwrap(), 12);
+        // Without the IPv4 counter there is no count, rather than a wrong one.
+        std::fs::write(dir.join("snmp"), "Ip: Forwarding\nIp: 1\n").unwrap();
+        let e = read_udp_receive_buffer_errors_in(&dir).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(read_udp_receive_buffer_errors_in(&dir).is_err());
     }
 
     #[test]
