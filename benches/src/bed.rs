@@ -246,6 +246,23 @@ impl VethBed {
         &self.names[node as usize]
     }
 
+    /// Runs `f` on a fresh thread inside `node`'s namespace (entered through the name
+    /// `ip netns add` gave it, `/run/netns/NAME`) and returns its result: sockets `f` opens
+    /// belong to that namespace, and `/proc/thread-self/net` is that namespace's view.
+    pub fn run_in<T: Send>(&self, node: Node, f: impl FnOnce() -> T + Send) -> Result<T> {
+        let name = self.ns(node);
+        let ns = std::fs::File::open(std::path::Path::new("/run/netns").join(name))
+            .with_context(|| format!("opening namespace {name}"))?;
+        std::thread::scope(|s| {
+            s.spawn(|| -> Result<T> {
+                netsys::setns_net(&ns).with_context(|| format!("entering namespace {name}"))?;
+                Ok(f())
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("thread in namespace {name} panicked"))?
+        })
+    }
+
     fn build(&self) -> Result<()> {
         for n in &self.names {
             ip(&["netns", "add", n])?;
@@ -321,6 +338,12 @@ impl Bed for VethBed {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", self.ns(node), program]);
         c
+    }
+    fn udp_receive_buffer_errors(&self, node: Node) -> Option<u64> {
+        let net = std::path::Path::new("/proc/thread-self/net");
+        self.run_in(node, || app::host::read_udp_receive_buffer_errors_in(net))
+            .ok()?
+            .ok()
     }
     fn set_hosts(&self, entries: &[(String, IpAddr)]) -> Result<()> {
         let mut text = String::from("127.0.0.1 localhost\n::1 localhost\n");
