@@ -136,8 +136,9 @@ pub enum Entry {
 }
 
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
-/// `Via` entry the edge adds to forwarded requests and responses (RFC 9110 §7.6.3); the pair
-/// acts as one proxy.
+/// `Via` entry the edge adds to forwarded responses (RFC 9110 §7.6.3); the pair acts as one
+/// proxy. The far side receives HTTP/1.1 from origins; a forwarded request's entry names the
+/// client's version ([`prepare`], [`prepare_as`]).
 pub(crate) const VIA: &str = "1.1 longhaul";
 
 /// Serves one client connection to completion.
@@ -203,6 +204,10 @@ pub async fn serve<T: Transport, C: ClientConn>(
                 }
                 return;
             }
+            Session::Cut => {
+                sock.abort_on_close();
+                return;
+            }
         }
     }
     // Idle timeout or drain with nothing owed: close as the writer does after the last reply.
@@ -233,6 +238,9 @@ enum Session {
     },
     /// The connection is done; `linger`: wait for the client's close ([`drain_and_close`]).
     Closed { linger: bool },
+    /// The client went away with replies still owed: the connection ends with a reset, so
+    /// that a reply cut short (a close-delimited one above all) never looks complete.
+    Cut,
 }
 
 /// Replies owed on a session: requests handed to the writer whose reply is not yet written.
@@ -292,7 +300,11 @@ async fn session<T: Transport, C: ClientConn>(
             // and each request still in flight is logged with the cause.
             Err(why) => {
                 let _ = cause.set(Ending::client(why));
-                Session::Closed { linger: false }
+                if owed.none() {
+                    Session::Closed { linger: false }
+                } else {
+                    Session::Cut
+                }
             }
         },
         end = &mut writer => Session::Closed { linger: end == End::Closed },
@@ -597,8 +609,20 @@ pub(crate) fn idempotent(method: &str) -> bool {
     )
 }
 
-/// Validates a request and builds the head forwarded on the stream.
+/// Validates an HTTP/1.x request and builds the head forwarded on the stream.
 pub(crate) fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
+    let received = if head.minor == 0 { "1.0" } else { "1.1" };
+    prepare_as(head, entry, received)
+}
+
+/// [`prepare`] for a request received as protocol version `received` (`Via`'s
+/// received-protocol, RFC 9110 §7.6.3: "2" for a request that came over HTTP/2 and was
+/// translated into `head`).
+pub(crate) fn prepare_as(
+    head: &RequestHead,
+    entry: Entry,
+    received: &str,
+) -> Result<Prepared, EdgeError> {
     // httparse only accepts token characters in a method; it must not be empty.
     if head.method.is_empty() {
         return Err(EdgeError::BadRequest(format!(
@@ -655,9 +679,12 @@ pub(crate) fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, Edge
     let tokens = http1::strip_hop_by_hop(&mut headers);
     let close = head.minor == 0 && !tokens.iter().any(|t| t == "keep-alive")
         || tokens.iter().any(|t| t == "close");
-    let expect_continue = http1::header_tokens(&headers, "expect")
-        .iter()
-        .any(|t| t == "100-continue");
+    // An HTTP/1.0 client cannot take an interim reply: its expectation is ignored (RFC 9110
+    // §10.1.1) and the body read as it comes.
+    let expect_continue = head.minor >= 1
+        && http1::header_tokens(&headers, "expect")
+            .iter()
+            .any(|t| t == "100-continue");
     http1::remove_header(&mut headers, "expect");
     http1::remove_header(&mut headers, "host");
     http1::remove_header(&mut headers, "content-length");
@@ -673,7 +700,7 @@ pub(crate) fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, Edge
         headers.push(Header::new("Upgrade", protocols.as_str()));
     }
     headers.insert(0, Header::new("Host", host_value));
-    headers.push(Header::new("Via", VIA));
+    headers.push(Header::new("Via", format!("{received} longhaul")));
     if let Some(h) = http1::framing_header(body) {
         headers.push(h);
     }
@@ -1636,10 +1663,21 @@ mod tests {
         r.method = "POST".into();
         let p = prepare(&r, Entry::Explicit).unwrap();
         assert!(p.close);
-        assert!(p.expect_continue);
+        // An HTTP/1.0 client's expectation is ignored: it gets no 100 (RFC 9110 §10.1.1).
+        assert!(!p.expect_continue);
         assert_eq!(p.body, BodyKind::Length(3));
         let h = String::from_utf8(p.head).unwrap();
         assert!(!h.to_ascii_lowercase().contains("expect"));
         assert!(h.contains("Content-Length: 3\r\n"));
+        // Via names the version the request was received in (RFC 9110 §7.6.3).
+        assert!(h.contains("\r\nVia: 1.0 longhaul\r\n"), "{h}");
+        let h2 = prepare_as(&r, Entry::Explicit, "2").unwrap();
+        assert!(String::from_utf8(h2.head)
+            .unwrap()
+            .contains("\r\nVia: 2 longhaul\r\n"));
+        r.minor = 1;
+        let p = prepare(&r, Entry::Explicit).unwrap();
+        assert!(p.expect_continue);
+        assert!(!p.close);
     }
 }

@@ -47,6 +47,12 @@ pub trait ClientConn: AsyncRead + AsyncWrite + Unpin + Send + 'static {
 
     /// Waits until a byte, the end of the stream or an error can be read, consuming nothing.
     fn ready(&mut self) -> impl Future<Output = ()> + Send;
+
+    /// Makes the connection end with a TCP reset when it is closed, as [`Abort::abort`] does
+    /// through the write half (over TLS no `close_notify` is sent: the owner drops it).
+    fn abort_on_close(&self) {
+        linger_zero(self.tcp());
+    }
 }
 
 /// Sets `SO_LINGER` 0 on `sock`: closing it then sends a reset.

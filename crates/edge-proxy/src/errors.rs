@@ -32,6 +32,9 @@ pub enum EdgeError {
     /// The header section is over the configured limit.
     #[error("request header section too large: {0}")]
     HeaderTooLarge(String),
+    /// The request line alone is over the head limit.
+    #[error("request target too long: {0}")]
+    UriTooLong(String),
     /// The client did not send a whole request head within the header-read timeout (slowloris).
     #[error("request head not received in time: {0}")]
     HeaderTimeout(String),
@@ -83,6 +86,7 @@ impl EdgeError {
         match self {
             EdgeError::BadRequest(_) => ErrorTag::BadRequest,
             EdgeError::HeaderTooLarge(_) => ErrorTag::HeaderTooLarge,
+            EdgeError::UriTooLong(_) => ErrorTag::UriTooLong,
             EdgeError::NotImplemented(_) => ErrorTag::NotImplemented,
             EdgeError::HeaderTimeout(_) => ErrorTag::HeaderTimeout,
             EdgeError::ForbiddenClient(_) => ErrorTag::ForbiddenClient,
@@ -116,6 +120,7 @@ impl EdgeError {
             EdgeError::SocksAddressType(_) => Reply::ADDRESS_TYPE_NOT_SUPPORTED,
             EdgeError::BadRequest(_)
             | EdgeError::HeaderTooLarge(_)
+            | EdgeError::UriTooLong(_)
             | EdgeError::HeaderTimeout(_)
             | EdgeError::Unavailable(_)
             | EdgeError::PoolBusy(_)
@@ -194,6 +199,7 @@ impl From<HeadError> for EdgeError {
     fn from(e: HeadError) -> EdgeError {
         match e {
             HeadError::TooLarge(_) => EdgeError::HeaderTooLarge(e.to_string()),
+            HeadError::UriTooLong(_) => EdgeError::UriTooLong(e.to_string()),
             HeadError::UnsupportedCoding(_) => EdgeError::NotImplemented(e.to_string()),
             other => EdgeError::BadRequest(other.to_string()),
         }
@@ -225,6 +231,7 @@ mod tests {
         let cases: Vec<(EdgeError, u16)> = vec![
             (EdgeError::BadRequest("x".into()), 400),
             (EdgeError::HeaderTooLarge("x".into()), 431),
+            (EdgeError::UriTooLong("x".into()), 414),
             (EdgeError::NotImplemented("x".into()), 501),
             (EdgeError::ForbiddenClient([10, 0, 0, 1].into()), 403),
             (EdgeError::ForbiddenTarget("x".into()), 403),

@@ -236,7 +236,14 @@ fn h1_head(req: &Request<RecvStream>) -> Result<(RequestHead, bool), EdgeError> 
             .ok_or_else(|| EdgeError::BadRequest("request without :authority or host".into()))?
             .to_string(),
     };
+    // `:path` is origin-form, or `*` for a server-wide OPTIONS (§8.3.1), which a proxy cannot
+    // forward as such (the far side sends origin-form): anything else is malformed.
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    if !path.starts_with('/') {
+        return Err(EdgeError::BadRequest(format!(
+            ":path {path:?} is not an absolute path (RFC 9113 §8.3.1)"
+        )));
+    }
     let mut headers = Vec::with_capacity(req.headers().len() + 1);
     let mut cookies: Vec<&[u8]> = Vec::new();
     for (name, value) in req.headers() {
@@ -275,7 +282,7 @@ async fn request<T: Transport>(
         Ok(h) => h,
         Err(e) => return Err((e, respond)),
     };
-    let prep = match client::prepare(&head, Entry::Explicit) {
+    let prep = match client::prepare_as(&head, Entry::Explicit, "2") {
         Ok(p) => p,
         Err(e) => return Err((e, respond)),
     };

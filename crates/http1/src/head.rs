@@ -110,6 +110,9 @@ pub enum HeadError {
     /// The head exceeds the size or header-count limit.
     #[error("header section too large (limit {0} bytes, {DEFAULT_MAX_HEADERS} fields)")]
     TooLarge(usize),
+    /// A request line alone longer than the head's size limit: `414` (RFC 9112 §3).
+    #[error("request line longer than the head limit ({0} bytes)")]
+    UriTooLong(usize),
     /// `Transfer-Encoding` names a coding this proxy does not implement (only `chunked` is):
     /// `501` for a request (RFC 9112 §6.1), a bad reply for a response.
     #[error("unsupported transfer coding: {0}")]
@@ -325,7 +328,9 @@ pub fn request_body_kind(head: &RequestHead) -> Result<BodyKind, HeadError> {
 /// is an error: this proxy neither decodes nor forwards other transfer codings, and must not
 /// deliver still-coded bytes as if they were decoded.
 pub fn response_body_kind(method: &str, head: &ResponseHead) -> Result<BodyKind, HeadError> {
-    if method.eq_ignore_ascii_case("HEAD")
+    // Methods are case-sensitive (RFC 9110 §9.1): `head` is an extension method whose reply
+    // has a body, and the origin and the far side frame it so.
+    if method == "HEAD"
         || (100..200).contains(&head.status)
         || head.status == 204
         || head.status == 304
@@ -499,6 +504,15 @@ fn downgrade_minor_version(buf: &mut BytesMut, request: bool) -> bool {
     }
 }
 
+/// The error for a request head over `max_bytes` (`buf` holds its start): `414` when the
+/// request line alone does not fit, `431` otherwise.
+fn request_too_large(buf: &[u8], max_bytes: usize) -> HeadError {
+    match buf.iter().position(|&b| b == b'\n') {
+        Some(end) if end < max_bytes => HeadError::TooLarge(max_bytes),
+        _ => HeadError::UriTooLong(max_bytes),
+    }
+}
+
 fn parse_request(
     buf: &mut BytesMut,
     max_fields: usize,
@@ -510,7 +524,10 @@ fn parse_request(
         let mut req = httparse::Request::new(&mut hs);
         return match req.parse(buf) {
             Ok(httparse::Status::Complete(n)) => {
-                if n > max_bytes || req.headers.len() > max_fields {
+                if n > max_bytes {
+                    return Err(request_too_large(buf, max_bytes));
+                }
+                if req.headers.len() > max_fields {
                     return Err(HeadError::TooLarge(max_bytes));
                 }
                 let head = RequestHead {
@@ -597,7 +614,7 @@ pub async fn read_request_head_limited<R: AsyncRead + Unpin>(
                 }
             }
             if buf.len() > max_bytes {
-                return Err(HeadError::TooLarge(max_bytes));
+                return Err(request_too_large(buf, max_bytes));
             }
         }
         if fill(r, buf).await? == 0 {
@@ -1041,6 +1058,19 @@ mod tests {
         req.extend(std::iter::repeat_n(b'a', DEFAULT_MAX_HEADER_BYTES + 10));
         req.extend_from_slice(b"\r\n\r\n");
         assert!(matches!(parse_req(&req).await, Err(HeadError::TooLarge(_))));
+        // A request line that alone does not fit is a URI too long (414), whether its end
+        // arrived or not.
+        let mut long = b"GET http://a/".to_vec();
+        long.extend(std::iter::repeat_n(b'a', DEFAULT_MAX_HEADER_BYTES + 10));
+        assert!(matches!(
+            parse_req(&long).await,
+            Err(HeadError::UriTooLong(DEFAULT_MAX_HEADER_BYTES))
+        ));
+        long.extend_from_slice(b" HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert!(matches!(
+            parse_req(&long).await,
+            Err(HeadError::UriTooLong(_))
+        ));
         let mut many = b"GET / HTTP/1.1\r\n".to_vec();
         for i in 0..(DEFAULT_MAX_HEADERS + 1) {
             many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
@@ -1215,6 +1245,11 @@ mod tests {
         assert_eq!(
             response_body_kind("HEAD", &head(200, cl.clone())).unwrap(),
             BodyKind::None
+        );
+        // Methods are case-sensitive: `head` is not HEAD, and its reply has the body it says.
+        assert_eq!(
+            response_body_kind("head", &head(200, cl.clone())).unwrap(),
+            BodyKind::Length(10)
         );
         assert_eq!(
             response_body_kind("GET", &head(304, cl.clone())).unwrap(),

@@ -18,6 +18,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         400 => "Bad Request",
         403 => "Forbidden",
         408 => "Request Timeout",
+        414 => "URI Too Long",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
@@ -35,6 +36,8 @@ pub enum ErrorTag {
     BadRequest,
     /// `header-too-large` (431): the request head is over the configured limit.
     HeaderTooLarge,
+    /// `uri-too-long` (414): the request line alone is over the head limit (RFC 9112 §3).
+    UriTooLong,
     /// `not-implemented` (501): the request uses a transfer coding the proxy does not
     /// implement (RFC 9112 §6.1).
     NotImplemented,
@@ -64,9 +67,10 @@ pub enum ErrorTag {
 
 impl ErrorTag {
     /// Every tag.
-    pub const ALL: [ErrorTag; 14] = [
+    pub const ALL: [ErrorTag; 15] = [
         ErrorTag::BadRequest,
         ErrorTag::HeaderTooLarge,
+        ErrorTag::UriTooLong,
         ErrorTag::NotImplemented,
         ErrorTag::HeaderTimeout,
         ErrorTag::ForbiddenClient,
@@ -86,6 +90,7 @@ impl ErrorTag {
         match self {
             ErrorTag::BadRequest => "bad-request",
             ErrorTag::HeaderTooLarge => "header-too-large",
+            ErrorTag::UriTooLong => "uri-too-long",
             ErrorTag::NotImplemented => "not-implemented",
             ErrorTag::HeaderTimeout => "header-timeout",
             ErrorTag::ForbiddenClient => "forbidden-client",
@@ -106,6 +111,7 @@ impl ErrorTag {
         match self {
             ErrorTag::BadRequest => 400,
             ErrorTag::HeaderTooLarge => 431,
+            ErrorTag::UriTooLong => 414,
             ErrorTag::NotImplemented => 501,
             ErrorTag::HeaderTimeout => 408,
             ErrorTag::ForbiddenClient | ErrorTag::ForbiddenTarget => 403,

@@ -587,6 +587,29 @@ async fn request_framing_and_forwarding() {
             b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
             vec![Statuses(&[400]), OriginRequests(0)],
         ),
+        // Methods.
+        row(
+            "lowercase-head-has-a-body",
+            "RFC 9110 §9.1: methods are case-sensitive; `head` is an extension method whose \
+             reply carries its body (was: framed as HEAD's at the edge, so the body was taken \
+             for the next reply on the connection)",
+            b"head http://{o}/h HTTP/1.1\r\nHost: {o}\r\n\r\nGET http://{o}/after HTTP/1.1\r\nHost: {o}\r\nConnection: close\r\n\r\n",
+            vec![
+                Statuses(&[200, 200]),
+                Body("ok"),
+                OriginRequests(2),
+                OriginHas("head /h HTTP/1.1\r\n"),
+                ClientHas("\r\n\r\nokHTTP/1.1 200"),
+            ],
+        ),
+        // Expectations.
+        row(
+            "expect-100-continue-ignored-for-http-1-0",
+            "RFC 9110 §10.1.1: a server MUST ignore 100-continue in an HTTP/1.0 request; \
+             §15.2: no 1xx to an HTTP/1.0 client (was: 100 sent)",
+            b"POST http://{o}/a HTTP/1.0\r\nHost: {o}\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
+            vec![Statuses(&[200]), ClientLacks("100 Continue"), OriginRequests(1)],
+        ),
         // Versions.
         row(
             "http-1-2-is-1-1",

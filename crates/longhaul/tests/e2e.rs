@@ -235,6 +235,13 @@ fn errors_map_to_statuses_with_reasons() {
     );
     let (st, head, _) = raw_request(e, big.as_bytes());
     assert_eq!((st, tag(&head)), (431, "header-too-large"));
+    // RFC 9112 §3: a request line longer than the server accepts is answered 414.
+    let long = format!(
+        "GET http://{silent}/{} HTTP/1.1\r\n\r\n",
+        "a".repeat(70_000)
+    );
+    let (st, head, _) = raw_request(e, long.as_bytes());
+    assert_eq!((st, tag(&head)), (414, "uri-too-long"));
     let dns = format!("GET http://{}.example/ HTTP/1.1\r\n\r\n", "a".repeat(64));
     let (st, head, body) = raw_request(e, dns.as_bytes());
     assert_eq!(
@@ -262,6 +269,7 @@ fn errors_map_to_statuses_with_reasons() {
     for t in [
         "bad-request",
         "header-too-large",
+        "uri-too-long",
         "dns-failed",
         "connect-failed",
         "origin-timeout",

@@ -549,6 +549,130 @@ fn a_client_that_closes_during_a_reply_is_logged_as_client_aborted() {
 }
 
 #[test]
+fn a_reply_cut_by_the_client_s_close_ends_with_a_reset() {
+    let _serial = serial();
+    // A reply of unknown length reaches an HTTP/1.0 client (keeping its connection alive, so
+    // the edge goes on reading it) delimited by the close: if the edge ended the connection
+    // with a FIN after the client's half-close, the part already sent would look like the
+    // whole reply.
+    let origin = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\n\r\n");
+        let chunk = vec![b'x'; 64 * 1024];
+        while s.write_all(&chunk).is_ok() {}
+    });
+    let pair = start_pair("", &[]);
+    let mut client = TcpStream::connect(pair.edge_addr).unwrap();
+    client
+        .write_all(
+            format!("GET http://{origin}/big HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+    let mut first = [0u8; 1024];
+    client.read_exact(&mut first).unwrap();
+    assert!(first.starts_with(b"HTTP/1.1 200 "));
+    let head = String::from_utf8_lossy(&first);
+    assert!(
+        !head.to_ascii_lowercase().contains("content-length"),
+        "not close-delimited: {head}"
+    );
+    client.shutdown(std::net::Shutdown::Write).unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let end = client.read_to_end(&mut rest);
+    assert_eq!(
+        end.map_err(|e| e.kind()),
+        Err(ErrorKind::ConnectionReset),
+        "the cut reply ended without a reset after {} more bytes",
+        rest.len()
+    );
+}
+
+#[test]
+fn an_upload_cut_short_is_never_completed_towards_the_origin() {
+    let _serial = serial();
+    // The origin answers as soon as it has the head, then reads what comes of the body until
+    // the connection closes (or 5 s pass, as they would on a connection kept for reuse).
+    let (seen_tx, seen_rx) = std::sync::mpsc::channel::<(Vec<u8>, bool)>();
+    let seen_tx = Mutex::new(seen_tx);
+    let origin = scripted_origin(move |mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = Vec::new();
+        let closed = s.read_to_end(&mut got).is_ok();
+        let _ = seen_tx.lock().unwrap().send((got, closed));
+    });
+    let pair = start_pair("", &[]);
+    let mut client = TcpStream::connect(pair.edge_addr).unwrap();
+    // A chunked upload that stops after its first chunk, the client still connected.
+    client
+        .write_all(
+            format!(
+                "PUT http://{origin}/up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+                 5\r\nhello\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let (body, closed) = seen_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the origin's report");
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        !text.contains("0\r\n\r\n"),
+        "the origin was handed a complete chunked body the client never finished: {text:?}"
+    );
+    assert!(
+        closed,
+        "the origin connection stayed open after a cut upload: {text:?}"
+    );
+    drop(client);
+}
+
+#[test]
+fn an_upload_that_stalls_after_the_reply_began_cuts_the_reply() {
+    let _serial = serial();
+    // The reply's head and first bytes are out when the upload stalls past the origin timeout:
+    // the reply must end cut (a reset), never with an error status written into its body.
+    let origin = scripted_origin(|mut s| {
+        let _ = read_head(&mut s);
+        let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\nfirst part");
+        std::thread::sleep(Duration::from_secs(15));
+    });
+    let pair = start_pair("origin_timeout_ms = 1000\n", &[]);
+    let mut client = TcpStream::connect(pair.edge_addr).unwrap();
+    client
+        .write_all(
+            format!(
+                "PUT http://{origin}/up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+                 5\r\nhello\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    let end = client.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(
+        text.ends_with("first part"),
+        "more than the origin sent: {text}"
+    );
+    assert_eq!(
+        end.map_err(|e| e.kind()),
+        Err(ErrorKind::ConnectionReset),
+        "the cut reply did not end with a reset: {text}"
+    );
+}
+
+#[test]
 fn a_request_pipelined_behind_a_reply_that_closes_is_logged_as_unanswered() {
     let _serial = serial();
     let pair = start_pair("", &[]);

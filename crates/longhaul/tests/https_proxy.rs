@@ -454,13 +454,27 @@ fn malformed_h2_requests_get_a_stream_error_and_the_connection_lives_on() {
         literal(&mut h, ":authority", &authority);
         literal(&mut h, ":path", "/small");
         out.extend(frame(HEADERS, END_HEADERS | END_STREAM, 5, &h));
+        // Stream 7: a `:path` that is not an absolute path (§8.3.1: malformed); it must not
+        // be glued onto the authority (here it would name another port).
+        let mut h = Vec::new();
+        literal(&mut h, ":method", "GET");
+        literal(&mut h, ":scheme", "http");
+        literal(&mut h, ":authority", "127.0.0.1");
+        literal(&mut h, ":path", &format!(":{http_port}/small"));
+        out.extend(frame(HEADERS, END_HEADERS | END_STREAM, 7, &h));
         tls.write_all(&out).await.unwrap();
         let mut resets = std::collections::BTreeMap::new();
         let mut headers_on_5 = false;
         let mut data_on_5 = 0usize;
         let mut ended_5 = false;
+        let mut status_7 = None;
+        let mut ended_7 = false;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while !(ended_5 && resets.len() == 2) {
+        while !(ended_5
+            && (ended_7 || resets.contains_key(&7))
+            && resets.contains_key(&1)
+            && resets.contains_key(&3))
+        {
             let mut head = [0u8; 9];
             tokio::time::timeout_at(deadline, tls.read_exact(&mut head))
                 .await
@@ -488,6 +502,13 @@ fn malformed_h2_requests_get_a_stream_error_and_the_connection_lives_on() {
                     data_on_5 += len;
                     ended_5 |= flags & END_STREAM != 0;
                 }
+                // The first field of the answer: `:status` from HPACK's static table
+                // (index 12 is 400), or a reset.
+                HEADERS if stream == 7 => {
+                    status_7 = payload.first().copied();
+                    ended_7 |= flags & END_STREAM != 0;
+                }
+                0 if stream == 7 => ended_7 |= flags & END_STREAM != 0,
                 _ => {}
             }
         }
@@ -496,6 +517,10 @@ fn malformed_h2_requests_get_a_stream_error_and_the_connection_lives_on() {
         assert_eq!(resets.get(&3), Some(&1), "{resets:?}");
         assert!(headers_on_5);
         assert_eq!(data_on_5, 1000);
+        assert!(
+            status_7 == Some(0x80 | 12) || resets.get(&7) == Some(&1),
+            "stream 7 was neither answered 400 nor reset: {status_7:?}, {resets:?}"
+        );
     });
 }
 

@@ -131,7 +131,11 @@ impl From<ResolveError> for RemoteError {
 impl From<http1::HeadError> for RemoteError {
     fn from(e: http1::HeadError) -> RemoteError {
         match e {
-            http1::HeadError::TooLarge(_) => RemoteError::HeaderTooLarge(e.to_string()),
+            // The edge refuses a request line over its own limit (414); one over the remote's
+            // counts here as the head being too large.
+            http1::HeadError::TooLarge(_) | http1::HeadError::UriTooLong(_) => {
+                RemoteError::HeaderTooLarge(e.to_string())
+            }
             other => RemoteError::BadRequest(other.to_string()),
         }
     }

@@ -16,7 +16,7 @@
 //!
 //! It does NOT accept pool connections ([`crate::pool_glue`] does) or parse anything inside tunnels.
 
-use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -284,6 +284,12 @@ async fn http<S: FarStream>(ctx: &Ctx, id: StreamRef, target: &str, mut stream: 
 
     // Request body: decoded from the stream, handed to hyper through a bounded channel.
     let (body_tx, body_rx) = mpsc::channel::<Result<Frame<Bytes>, BoxError>>(DEFAULT_BODY_CHANNEL);
+    // Set when the decoder read the body's end: only then does the body handed to hyper end
+    // cleanly. A body whose feeder stops before (the edge cut the stream, the upload stalled,
+    // the response came first) ends with an error, so hyper never completes it towards the
+    // origin (a chunked upload's last chunk is the client's to send, RFC 9112 §7.1) and closes
+    // that origin connection.
+    let body_complete = Arc::new(AtomicBool::new(false));
     let uploaded = AtomicU64::new(0);
     let sent = Sent::default();
     // Set when the origin's response head arrived (time to first byte).
@@ -308,7 +314,10 @@ async fn http<S: FarStream>(ctx: &Ctx, id: StreamRef, target: &str, mut stream: 
                                 uploaded.fetch_add(piece.len() as u64, Ordering::Relaxed);
                                 Ok(body_tx.send(Ok(Frame::data(piece))).await.is_ok())
                             }
-                            Ok(None) => Ok(false),
+                            Ok(None) => {
+                                body_complete.store(true, Ordering::Release);
+                                Ok(false)
+                            }
                             Err(e) => Err(e.to_string()),
                         }
                     };
@@ -316,11 +325,10 @@ async fn http<S: FarStream>(ctx: &Ctx, id: StreamRef, target: &str, mut stream: 
                     match tokio::time::timeout(stall, step).await {
                         Ok(Ok(true)) => {}
                         Ok(Ok(false)) => break,
+                        // The sender drops unfinished: the body ends with an error (above), without
+                        // waiting for room in a channel an origin that stopped reading holds full.
                         Ok(Err(e)) => {
-                            let _ = body_tx
-                                .send(Err(Box::new(std::io::Error::other(e.clone()))))
-                                .await;
-                            return Outcome::Cut(format!("edge cancelled the stream: {e}"));
+                            return Outcome::Cut(format!("edge cancelled the stream: {e}"))
                         }
                         Err(_) => {
                             return Outcome::Before(RemoteError::Timeout(format!(
@@ -367,8 +375,22 @@ async fn http<S: FarStream>(ctx: &Ctx, id: StreamRef, target: &str, mut stream: 
                 Empty::new().map_err(|e| match e {}).boxed_unsync()
             }
             _ => {
-                let s = futures_util::stream::unfold(body_rx, |mut rx| async move {
-                    rx.recv().await.map(|item| (item, rx))
+                let complete = body_complete.clone();
+                let s = futures_util::stream::unfold(Some(body_rx), move |rx| {
+                    let complete = complete.clone();
+                    async move {
+                        let mut rx = rx?;
+                        match rx.recv().await {
+                            Some(item) => Some((item, Some(rx))),
+                            None if complete.load(Ordering::Acquire) => None,
+                            None => {
+                                let e: BoxError = Box::new(std::io::Error::other(
+                                    "the request body was cut before its end",
+                                ));
+                                Some((Err(e), None))
+                            }
+                        }
+                    }
                 });
                 StreamBody::new(s.boxed()).boxed_unsync()
             }
@@ -477,6 +499,12 @@ async fn http<S: FarStream>(ctx: &Ctx, id: StreamRef, target: &str, mut stream: 
             }
             .log();
         }
+        // A failure once the reply's head went out cannot become a status: the reply is cut.
+        Err(Outcome::Before(e)) if sent.status.load(Ordering::Relaxed) != 0 => {
+            let mut stream = rd.unsplit(wr);
+            stream.reset(ResetReason::Cancel);
+            cut_record(e.to_string());
+        }
         Err(Outcome::Before(e)) => {
             let mut stream = rd.unsplit(wr);
             reply_error(&mut stream, id, &head.method, target, started, &e).await;
@@ -497,8 +525,8 @@ async fn http<S: FarStream>(ctx: &Ctx, id: StreamRef, target: &str, mut stream: 
 }
 
 /// How much of a response [`write_response`] has written: the head's status once the head
-/// went out (0 before), and the body bytes since; read for the access record of a reply cut
-/// part way.
+/// started to go out (0 before: a failure can still be answered with a status), and the body
+/// bytes since; read for the access record of a reply cut part way.
 #[derive(Default)]
 struct Sent {
     status: AtomicU16,
@@ -725,10 +753,12 @@ async fn write_response<W: AsyncWrite + Unpin>(
         minor: 1,
         headers,
     };
+    // Recorded before the head goes out: from its first byte on, a failure cuts the reply
+    // instead of answering with a status.
+    sent.status.store(status.as_u16(), Ordering::Relaxed);
     wr.write_all(&http1::encode_response_head(&head))
         .await
         .map_err(|e| Outcome::Cut(format!("edge write: {e}")))?;
-    sent.status.store(status.as_u16(), Ordering::Relaxed);
     let mut body = res.into_body();
     let mut total = 0u64;
     if !no_body {
