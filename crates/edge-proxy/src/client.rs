@@ -578,7 +578,11 @@ fn max_forwards(head: &RequestHead, headers: &mut [Header]) -> Result<Option<Vec
     }
     // The edge is the final recipient.
     let reply = if head.method == "OPTIONS" {
-        format!("HTTP/1.1 200 OK\r\nAllow: {ALLOW}\r\nContent-Length: 0\r\n\r\n").into_bytes()
+        format!(
+            "HTTP/1.1 200 OK\r\nDate: {}\r\nAllow: {ALLOW}\r\nContent-Length: 0\r\n\r\n",
+            http1::http_date_now()
+        )
+        .into_bytes()
     } else {
         // TRACE: the request as received, minus sensitive fields, as `message/http`.
         let echo = RequestHead {
@@ -592,7 +596,8 @@ fn max_forwards(head: &RequestHead, headers: &mut [Header]) -> Result<Option<Vec
         };
         let body = http1::encode_request_head(&echo);
         let mut out = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: {}\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nDate: {}\r\nContent-Type: message/http\r\nContent-Length: {}\r\n\r\n",
+            http1::http_date_now(),
             body.len()
         )
         .into_bytes();

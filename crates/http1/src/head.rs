@@ -145,6 +145,20 @@ fn find<'a>(headers: &'a [Header], name: &str) -> impl Iterator<Item = &'a Heade
         .filter(move |h| h.name.eq_ignore_ascii_case(&name))
 }
 
+/// The current time as an HTTP-date (IMF-fixdate, RFC 9110 §5.6.7).
+pub fn http_date_now() -> String {
+    httpdate::fmt_http_date(std::time::SystemTime::now())
+}
+
+/// Appends a `Date` field stamped now unless `headers` has one: a proxy forwarding a response
+/// without `Date` adds the time it received it, and a response the proxy makes itself is dated
+/// (RFC 9110 §6.6.1).
+pub fn add_date_if_missing(headers: &mut Vec<Header>) {
+    if find(headers, "date").next().is_none() {
+        headers.push(Header::new("Date", http_date_now()));
+    }
+}
+
 /// The value of the single header `name` as a string, if present and UTF-8.
 pub fn header_str<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {
     find(headers, name)
@@ -1231,6 +1245,23 @@ mod tests {
         );
         assert!(request_body_kind(&h("Transfer-Encoding: chunked|Content-Length: 3")).is_err());
         assert!(request_body_kind(&h("Transfer-Encoding: gzip, chunked")).is_err());
+    }
+
+    #[test]
+    fn a_response_without_date_is_dated_once() {
+        let mut hs = vec![Header::new("Content-Length", "0")];
+        add_date_if_missing(&mut hs);
+        let date = header_str(&hs, "date").expect("a Date field").to_string();
+        // IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT".
+        assert_eq!(date.len(), 29, "{date}");
+        assert!(
+            date.ends_with(" GMT") && date.as_bytes()[3] == b',',
+            "{date}"
+        );
+        let kept = vec![Header::new("date", "Sun, 06 Nov 1994 08:49:37 GMT")];
+        let mut hs = kept.clone();
+        add_date_if_missing(&mut hs);
+        assert_eq!(hs, kept, "an origin's Date is kept as it is");
     }
 
     #[tokio::test]

@@ -139,9 +139,11 @@ pub fn synthetic_response(tag: ErrorTag, reason: &str) -> Vec<u8> {
     let tag = tag.as_str();
     let body = format!("{status} {}: {reason}\n", reason_phrase(status));
     format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
-         X-Longhaul-Error: {tag}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n{body}",
+        "HTTP/1.1 {status} {}\r\nDate: {}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nX-Longhaul-Error: {tag}\r\nConnection: close\r\n\
+         Cache-Control: no-store\r\n\r\n{body}",
         reason_phrase(status),
+        crate::http_date_now(),
         body.len()
     )
     .into_bytes()
@@ -164,6 +166,10 @@ mod tests {
             "{head}"
         );
         assert!(head.contains("\r\nConnection: close\r\n"), "{head}");
+        assert!(
+            head.contains("\r\nDate: ") && head.contains(" GMT\r\n"),
+            "{head}"
+        );
         assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
         assert_eq!(body, "503 Service Unavailable: wait\n");
     }

@@ -766,6 +766,19 @@ async fn origin_reply_framing_and_forwarding() {
             vec![Statuses(&[200]), Body("hello"), ClientLacks("content-length: 3")],
         ),
         reply_row(
+            "date-added-when-missing",
+            "RFC 9110 §6.6.1: a recipient with a clock adds Date to a response it forwards \
+             without one (was: none)",
+            OK,
+            vec![Statuses(&[200]), Body("ok"), ClientHas("\r\nDate: "), ClientHas(" GMT\r\n")],
+        ),
+        reply_row(
+            "date-of-the-origin-kept",
+            "RFC 9110 §6.6.1: an origin's Date is forwarded as it is",
+            b"HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 2\r\n\r\nok",
+            vec![Statuses(&[200]), ClientHas("Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n")],
+        ),
+        reply_row(
             "cl-and-te-gzip-502",
             "RFC 9112 §6.3 rule 3: final coding not chunked: delimited by the close; the proxy \
              does not decode gzip transfer coding and must not pass it off as decoded \

@@ -740,6 +740,8 @@ async fn write_response<W: AsyncWrite + Unpin>(
     // `X-Longhaul-Error` marks the proxy's own synthetic replies on the stream; an origin's is
     // removed so it can neither reach the client nor be taken for the proxy's outcome.
     http1::remove_header(&mut headers, http1::reply::ERROR_HEADER);
+    // An origin without a clock sends no Date: the pair dates the reply as received here.
+    http1::add_date_if_missing(&mut headers);
     let has_length = http1::header_str(&headers, "content-length").is_some();
     let out = if no_body || has_length {
         OutFraming::Raw
