@@ -922,16 +922,19 @@ async fn read_line<R: AsyncRead + Unpin>(
     max: usize,
 ) -> Result<Vec<u8>, CopyError> {
     loop {
-        if let Some(pos) = buf.iter().position(|&b| b == b'\n') {
+        // The limit holds however the bytes arrived: a long line found whole in one read is
+        // refused as one that is still coming.
+        let end = buf.iter().take(max + 2).position(|&b| b == b'\n');
+        if end.is_none() && buf.len() > max + 1 {
+            return Err(bad_framing("line too long in chunked body"));
+        }
+        if let Some(pos) = end {
             let mut line = buf.split_to(pos + 1).to_vec();
             line.pop();
             if line.last() == Some(&b'\r') {
                 line.pop();
             }
             return Ok(line);
-        }
-        if buf.len() > max {
-            return Err(bad_framing("line too long in chunked body"));
         }
         if fill(r, buf).await.map_err(CopyError::Read)? == 0 {
             return Err(truncated());
@@ -1294,6 +1297,36 @@ mod tests {
             response_body_kind("GET", &head(200, vec![])).unwrap(),
             BodyKind::CloseDelimited
         );
+    }
+
+    #[tokio::test]
+    async fn a_chunk_line_over_the_limit_is_refused_however_it_arrived() {
+        let mut line = b"1;".to_vec();
+        line.extend(std::iter::repeat_n(b'x', 5 * MAX_CHUNK_LINE));
+        line.extend_from_slice(b"\r\nA\r\n0\r\n\r\n");
+        // Already buffered whole (one read brought it all) ...
+        let mut buf = BytesMut::from(&line[..]);
+        let mut nothing: &[u8] = b"";
+        let r = BodyDecoder::new(BodyKind::Chunked)
+            .next(&mut nothing, &mut buf)
+            .await;
+        assert!(r.is_err(), "{r:?}");
+        // ... or still arriving.
+        let mut buf = BytesMut::new();
+        let mut rest = &line[..];
+        let r = BodyDecoder::new(BodyKind::Chunked)
+            .next(&mut rest, &mut buf)
+            .await;
+        assert!(r.is_err(), "{r:?}");
+        // A line at the limit is a line.
+        let mut ok = b"1;".to_vec();
+        ok.extend(std::iter::repeat_n(b'x', MAX_CHUNK_LINE - 2));
+        ok.extend_from_slice(b"\r\nA\r\n0\r\n\r\n");
+        let mut buf = BytesMut::from(&ok[..]);
+        let r = BodyDecoder::new(BodyKind::Chunked)
+            .next(&mut nothing, &mut buf)
+            .await;
+        assert_eq!(r.unwrap().as_deref(), Some(&b"A"[..]));
     }
 
     #[tokio::test]
