@@ -602,6 +602,13 @@ async fn request_framing_and_forwarding() {
                 ClientHas("\r\n\r\nokHTTP/1.1 200"),
             ],
         ),
+        row(
+            "connect-with-two-hosts-400",
+            "RFC 9112 §3.2: a request with more than one Host field line is answered 400 (was: \
+             a CONNECT went through)",
+            b"CONNECT {o} HTTP/1.1\r\nHost: {o}\r\nHost: other.example:443\r\n\r\n",
+            vec![Statuses(&[400]), OriginRequests(0), ClientHas("more than one Host")],
+        ),
         // Expectations.
         row(
             "expect-100-continue-ignored-for-http-1-0",
