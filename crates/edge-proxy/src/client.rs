@@ -614,6 +614,18 @@ pub(crate) fn idempotent(method: &str) -> bool {
     )
 }
 
+/// RFC 9112 §3.2: any request with more than one Host field line is answered 400.
+pub(crate) fn single_host(head: &RequestHead) -> Result<(), EdgeError> {
+    let mut hosts = head
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("host"));
+    if hosts.nth(1).is_some() {
+        return Err(EdgeError::BadRequest("more than one Host header".into()));
+    }
+    Ok(())
+}
+
 /// Validates an HTTP/1.x request and builds the head forwarded on the stream.
 pub(crate) fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
     let received = if head.minor == 0 { "1.0" } else { "1.1" };
@@ -635,14 +647,7 @@ pub(crate) fn prepare_as(
             head.method
         )));
     }
-    let hosts = head
-        .headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("host"))
-        .count();
-    if hosts > 1 {
-        return Err(EdgeError::BadRequest("more than one Host header".into()));
-    }
+    single_host(head)?;
     let (auth, path, host_value) = match entry {
         Entry::Explicit => {
             let (auth, path) = parse_absolute(&head.target).map_err(EdgeError::BadRequest)?;

@@ -90,13 +90,7 @@ pub(crate) async fn connect<T, R, W>(
     W: AsyncWrite + Abort + Unpin + Send,
 {
     let record = || Access::new(Peer::Client(peer), "CONNECT", &head.target, started);
-    // RFC 9112 §3.2: any request with more than one Host field line is answered 400.
-    let hosts = head
-        .headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("host"));
-    if hosts.count() > 1 {
-        let err = EdgeError::BadRequest("more than one Host header".into());
+    if let Err(err) = client::single_host(&head) {
         answer(&mut wr, &err, record()).await;
         return;
     }

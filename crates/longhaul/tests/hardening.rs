@@ -591,6 +591,22 @@ fn a_reply_cut_by_the_client_s_close_ends_with_a_reset() {
     );
 }
 
+/// A client that sends a chunked PUT to `origin` through the edge at `edge` and stops after
+/// its first chunk, still connected.
+fn stalled_upload(edge: SocketAddr, origin: SocketAddr) -> TcpStream {
+    let mut client = TcpStream::connect(edge).unwrap();
+    client
+        .write_all(
+            format!(
+                "PUT http://{origin}/up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+                 5\r\nhello\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    client
+}
+
 #[test]
 fn an_upload_cut_short_is_never_completed_towards_the_origin() {
     let _serial = serial();
@@ -607,17 +623,7 @@ fn an_upload_cut_short_is_never_completed_towards_the_origin() {
         let _ = seen_tx.lock().unwrap().send((got, closed));
     });
     let pair = start_pair("", &[]);
-    let mut client = TcpStream::connect(pair.edge_addr).unwrap();
-    // A chunked upload that stops after its first chunk, the client still connected.
-    client
-        .write_all(
-            format!(
-                "PUT http://{origin}/up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
-                 5\r\nhello\r\n"
-            )
-            .as_bytes(),
-        )
-        .unwrap();
+    let client = stalled_upload(pair.edge_addr, origin);
     let (body, closed) = seen_rx
         .recv_timeout(Duration::from_secs(20))
         .expect("the origin's report");
@@ -644,16 +650,7 @@ fn an_upload_that_stalls_after_the_reply_began_cuts_the_reply() {
         std::thread::sleep(Duration::from_secs(15));
     });
     let pair = start_pair("origin_timeout_ms = 1000\n", &[]);
-    let mut client = TcpStream::connect(pair.edge_addr).unwrap();
-    client
-        .write_all(
-            format!(
-                "PUT http://{origin}/up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
-                 5\r\nhello\r\n"
-            )
-            .as_bytes(),
-        )
-        .unwrap();
+    let mut client = stalled_upload(pair.edge_addr, origin);
     client
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
