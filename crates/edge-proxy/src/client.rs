@@ -607,6 +607,17 @@ fn max_forwards(head: &RequestHead, headers: &mut [Header]) -> Result<Option<Vec
     Ok(Some(reply))
 }
 
+/// `reply` (a head the edge wrote, no `Connection` field) saying that the connection closes
+/// after it (RFC 9112 §9.6).
+fn closing(mut reply: Vec<u8>) -> Vec<u8> {
+    let at = reply
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map_or(reply.len(), |p| p + 2);
+    reply.splice(at..at, b"Connection: close\r\n".iter().copied());
+    reply
+}
+
 pub(crate) fn idempotent(method: &str) -> bool {
     matches!(
         method,
@@ -626,8 +637,25 @@ pub(crate) fn single_host(head: &RequestHead) -> Result<(), EdgeError> {
     Ok(())
 }
 
+/// RFC 9112 §3.2: an HTTP/1.1 request without a Host field line is answered 400, whatever its
+/// target's form (an HTTP/1.0 request may lack it: the edge writes Host from the target).
+pub(crate) fn host_present(head: &RequestHead) -> Result<(), EdgeError> {
+    if head.minor >= 1
+        && !head
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("host"))
+    {
+        return Err(EdgeError::BadRequest(
+            "HTTP/1.1 request without a Host header (RFC 9112 §3.2)".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Validates an HTTP/1.x request and builds the head forwarded on the stream.
 pub(crate) fn prepare(head: &RequestHead, entry: Entry) -> Result<Prepared, EdgeError> {
+    host_present(head)?;
     let received = if head.minor == 0 { "1.0" } else { "1.1" };
     prepare_as(head, entry, received)
 }
@@ -873,27 +901,34 @@ async fn read_requests<T: Transport, R: AsyncRead + Unpin + Send>(
             }
         };
         if let Some(reply) = prep.local {
-            // Answered here: a body (OPTIONS may have one) is read and dropped.
-            if let Err(e) = http1::copy_body(
-                prep.body,
-                &mut rd,
-                &mut buf,
-                &mut tokio::io::sink(),
-                OutFraming::Raw,
-            )
-            .await
-            {
-                return body_failed(&tx, e, head, started).await;
+            // Answered here: a body (OPTIONS may have one) is read and dropped. A client that
+            // waits for `100 Continue` before sending its body is answered at once instead, and
+            // the connection closes with the body unsent (RFC 9110 §10.1.1).
+            let has_body = !matches!(prep.body, BodyKind::None | BodyKind::Length(0));
+            let unread = prep.expect_continue && has_body;
+            if !unread {
+                if let Err(e) = http1::copy_body(
+                    prep.body,
+                    &mut rd,
+                    &mut buf,
+                    &mut tokio::io::sink(),
+                    OutFraming::Raw,
+                )
+                .await
+                {
+                    return body_failed(&tx, e, head, started).await;
+                }
             }
+            let close = prep.close || unread;
             let local = Pending::Local {
-                reply,
+                reply: if close { closing(reply) } else { reply },
                 method: head.method,
                 target: head.target,
-                close: prep.close,
+                close,
                 started,
             };
             owed.add();
-            if tx.send(local).await.is_err() || prep.close {
+            if tx.send(local).await.is_err() || close {
                 return Ok(Read::Done);
             }
             continue;
@@ -1461,6 +1496,8 @@ async fn relay<T: Transport, R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 if job.client_minor >= 1 {
                     let mut h = head;
                     http1::strip_hop_by_hop(&mut h.headers);
+                    // Every forwarded message names the proxy (RFC 9110 §7.6.3).
+                    h.headers.push(Header::new("Via", VIA));
                     progress.started.store(true, Ordering::Relaxed);
                     if wr
                         .write_all(&http1::encode_response_head(&h))
@@ -1634,6 +1671,18 @@ mod tests {
             .status(),
             400
         );
+        // HTTP/1.1 needs a Host field line, absolute-form or not (RFC 9112 §3.2); HTTP/1.0
+        // does not.
+        let mut r = req("http://a/", &[]);
+        assert_eq!(
+            prepare(&r, Entry::Explicit).err().unwrap().to_string(),
+            "bad request: HTTP/1.1 request without a Host header (RFC 9112 §3.2)"
+        );
+        r.minor = 0;
+        let p = prepare(&r, Entry::Explicit).unwrap();
+        assert!(String::from_utf8(p.head)
+            .unwrap()
+            .contains("\r\nHost: a\r\n"));
     }
 
     #[test]
@@ -1667,7 +1716,11 @@ mod tests {
     fn http10_and_expect_handling() {
         let mut r = req(
             "http://a/",
-            &[("Expect", "100-continue"), ("Content-Length", "3")],
+            &[
+                ("Host", "a"),
+                ("Expect", "100-continue"),
+                ("Content-Length", "3"),
+            ],
         );
         r.minor = 0;
         r.method = "POST".into();

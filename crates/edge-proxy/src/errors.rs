@@ -17,7 +17,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::socks::codec::Reply;
 use crate::transport::{FarCode, FarFailure, OpenCause, OpenError};
-use http1::reply::{synthetic_response, ErrorTag};
+use http1::reply::{synthetic_response, synthetic_response_to, ErrorTag};
 use http1::HeadError;
 
 /// A failure the client is told about with a synthetic response.
@@ -148,6 +148,12 @@ impl EdgeError {
         synthetic_response(self.tag(), &self.to_string())
     }
 
+    /// [`EdgeError::response`] as the answer to a request with `method`: the head alone for
+    /// `HEAD` (RFC 9110 §9.3.2).
+    pub fn response_to(&self, method: &str) -> Vec<u8> {
+        synthetic_response_to(method, self.tag(), &self.to_string())
+    }
+
     /// The same synthetic response for an HTTP/2 client: the status, fields and body of
     /// [`EdgeError::response`] without the connection-specific `Connection` field (RFC 9113
     /// §8.2.2) or a reason phrase (HTTP/2 has none).
@@ -210,15 +216,20 @@ impl From<HeadError> for EdgeError {
 /// what follows on the connection cannot be trusted. Write errors are ignored (the client may
 /// be gone; the caller logs the outcome either way).
 pub async fn reply_and_close<W: AsyncWrite + Unpin>(w: &mut W, err: &EdgeError) {
-    if w.write_all(&err.response()).await.is_ok() {
+    write_and_close(w, &err.response()).await;
+}
+
+async fn write_and_close<W: AsyncWrite + Unpin>(w: &mut W, reply: &[u8]) {
+    if w.write_all(reply).await.is_ok() {
         let _ = w.shutdown().await;
     }
 }
 
-/// The one way the edge answers an error: writes `err`'s synthetic response, closes the write
-/// side ([`reply_and_close`]) and logs `record` as the failure (status, tag, reason).
+/// The one way the edge answers an error: writes `err`'s synthetic response (its head alone
+/// when `record`'s method is `HEAD`), closes the write side as [`reply_and_close`] does and
+/// logs `record` as the failure (status, tag, reason).
 pub async fn answer<W: AsyncWrite + Unpin>(w: &mut W, err: &EdgeError, record: Access<'_>) {
-    reply_and_close(w, err).await;
+    write_and_close(w, &err.response_to(record.method)).await;
     record.failed(err.tag(), err.to_string()).log();
 }
 

@@ -204,8 +204,12 @@ async fn stream<T: Transport>(
         .log(),
         Err((err, mut respond)) => {
             let (head, body) = err.h2_response();
-            if let Ok(mut send) = respond.send_response(head, false) {
-                let _ = send.send_data(body, true);
+            // A reply to HEAD has no content (RFC 9113 §8.1.1, RFC 9110 §9.3.2).
+            let head_only = method == "HEAD";
+            if let Ok(mut send) = respond.send_response(head, head_only) {
+                if !head_only {
+                    let _ = send.send_data(body, true);
+                }
             }
             record.failed(err.tag(), err.to_string()).log();
         }

@@ -90,7 +90,7 @@ pub(crate) async fn connect<T, R, W>(
     W: AsyncWrite + Abort + Unpin + Send,
 {
     let record = || Access::new(Peer::Client(peer), "CONNECT", &head.target, started);
-    if let Err(err) = client::single_host(&head) {
+    if let Err(err) = client::host_present(&head).and_then(|()| client::single_host(&head)) {
         answer(&mut wr, &err, record()).await;
         return;
     }

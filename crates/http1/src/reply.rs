@@ -132,6 +132,21 @@ impl std::fmt::Display for ErrorTag {
     }
 }
 
+/// [`synthetic_response`] as the answer to a request with `method`: a reply to `HEAD` is its
+/// head alone (RFC 9110 §9.3.2: no content; its `Content-Length` is the one a `GET` would have
+/// been answered with, as §8.6 allows). Methods are case-sensitive (§9.1): `head` gets the body.
+pub fn synthetic_response_to(method: &str, tag: ErrorTag, reason: &str) -> Vec<u8> {
+    let mut whole = synthetic_response(tag, reason);
+    if method == "HEAD" {
+        let end = whole
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a synthetic response has a head");
+        whole.truncate(end + 4);
+    }
+    whole
+}
+
 /// The `Connection: close` response for a failure tagged `tag`, with `reason` as its
 /// plain-text one-line body.
 pub fn synthetic_response(tag: ErrorTag, reason: &str) -> Vec<u8> {
@@ -172,6 +187,34 @@ mod tests {
         );
         assert!(head.contains(&format!("\r\nContent-Length: {}\r\n", body.len())));
         assert_eq!(body, "503 Service Unavailable: wait\n");
+    }
+
+    #[test]
+    fn a_reply_to_head_is_the_head_alone() {
+        let body = "502 Bad Gateway: refused\n";
+        let r = String::from_utf8(synthetic_response_to(
+            "HEAD",
+            ErrorTag::ConnectFailed,
+            "refused",
+        ))
+        .unwrap();
+        assert!(r.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{r}");
+        assert_eq!(
+            r.find("\r\n\r\n"),
+            Some(r.len() - 4),
+            "nothing after the head: {r}"
+        );
+        // The length a GET would have been answered with (RFC 9110 §8.6).
+        assert!(
+            r.contains(&format!("\r\nContent-Length: {}\r\n", body.len())),
+            "{r}"
+        );
+        // Other methods, `head` among them (methods are case-sensitive), get the body.
+        for m in ["GET", "head", "POST"] {
+            let r = String::from_utf8(synthetic_response_to(m, ErrorTag::ConnectFailed, "refused"))
+                .unwrap();
+            assert!(r.ends_with(&format!("\r\n\r\n{body}")), "{m}: {r}");
+        }
     }
 
     #[test]

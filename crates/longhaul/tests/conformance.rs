@@ -469,13 +469,13 @@ async fn request_framing_and_forwarding() {
             "RFC 9112 §6.3 rule 4: a TE that cannot be parsed is an error, never absent (was: \
              framed by Content-Length and the body forwarded as a second request; Squid 5.7: \
              501)",
-            b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: chunked\xff\r\nContent-Length: 38\r\n\r\nGET http://{o}/smuggled HTTP/1.1\r\n\r\n",
+            b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: chunked\xff\r\nContent-Length: 38\r\n\r\nGET http://{o}/smuggled HTTP/1.1\r\nHost: {o}\r\n\r\n",
             vec![Statuses(&[400]), OriginRequests(0), OriginLacks("smuggled"), End(Closed)],
         ),
         row(
             "te-obs-text-alone",
             "RFC 9112 §6.3 rule 4 (no Content-Length: was framed as bodyless)",
-            b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: \xe9chunked\r\n\r\n0\r\n\r\nGET http://{o}/smuggled HTTP/1.1\r\n\r\n",
+            b"POST http://{o}/a HTTP/1.1\r\nHost: {o}\r\nTransfer-Encoding: \xe9chunked\r\n\r\n0\r\n\r\nGET http://{o}/smuggled HTTP/1.1\r\nHost: {o}\r\n\r\n",
             vec![Statuses(&[400]), OriginRequests(0), End(Closed)],
         ),
         row(
@@ -609,6 +609,45 @@ async fn request_framing_and_forwarding() {
             b"CONNECT {o} HTTP/1.1\r\nHost: {o}\r\nHost: other.example:443\r\n\r\n",
             vec![Statuses(&[400]), OriginRequests(0), ClientHas("more than one Host")],
         ),
+        row(
+            "http-1-1-without-host-400",
+            "RFC 9112 §3.2: a server MUST answer 400 to an HTTP/1.1 request without Host, an \
+             absolute-form one included (was: forwarded with Host taken from the target)",
+            b"GET http://{o}/nohost HTTP/1.1\r\n\r\n",
+            vec![Statuses(&[400]), OriginRequests(0), ClientHas("without a Host")],
+        ),
+        row(
+            "http-1-0-without-host-forwarded",
+            "RFC 9112 §3.2 binds HTTP/1.1 only: an HTTP/1.0 request is forwarded with Host \
+             written from its target",
+            b"GET http://{o}/old HTTP/1.0\r\n\r\n",
+            vec![Statuses(&[200]), OriginRequests(1), OriginHas("\r\nhost: {o}\r\n")],
+        ),
+        // Errors answered to HEAD.
+        Row {
+            method: "HEAD",
+            ..row(
+                "edge-error-to-head-has-no-body",
+                "RFC 9110 §9.3.2: a reply to HEAD has no content, the edge's own error replies \
+                 too (was: the error's one-line body followed the head)",
+                b"HEAD http://{o}/h HTTP/1.1\r\nHost: {o}\r\nHost: other.example\r\n\r\n",
+                vec![Statuses(&[400]), OriginRequests(0), ClientLacks("Bad Request:")],
+            )
+        },
+        Row {
+            method: "HEAD",
+            ..row(
+                "remote-error-to-head-has-no-body",
+                "RFC 9110 §9.3.2: the remote's error replies to HEAD are heads alone (was: the \
+                 error's body followed the head)",
+                b"HEAD http://127.0.0.1:1/h HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n",
+                vec![
+                    Statuses(&[502]),
+                    ClientHas("connect-failed"),
+                    ClientLacks("Bad Gateway:"),
+                ],
+            )
+        },
         // Expectations.
         row(
             "expect-100-continue-ignored-for-http-1-0",
@@ -631,7 +670,28 @@ async fn request_framing_and_forwarding() {
             "RFC 9110 §7.6.2, §9.3.7: at 0 the proxy is the final recipient (Squid 5.7 answers \
              501)",
             b"OPTIONS http://{o}/ HTTP/1.1\r\nHost: {o}\r\nMax-Forwards: 0\r\nConnection: close\r\n\r\n",
-            vec![Statuses(&[200]), ClientHas("Allow: GET"), OriginRequests(0)],
+            vec![
+                Statuses(&[200]),
+                ClientHas("Allow: GET"),
+                ClientHas("Connection: close"),
+                OriginRequests(0),
+                End(Closed),
+            ],
+        ),
+        row(
+            "max-forwards-0-with-expect-answers-at-once",
+            "RFC 9110 §10.1.1: a client waiting for 100 Continue is answered with the final \
+             status, the connection closing with the body unsent (was: the edge waited for the \
+             body the client held back)",
+            b"OPTIONS http://{o}/ HTTP/1.1\r\nHost: {o}\r\nMax-Forwards: 0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n",
+            vec![
+                Statuses(&[200]),
+                ClientHas("Allow: GET"),
+                ClientHas("Connection: close"),
+                ClientLacks("100 Continue"),
+                OriginRequests(0),
+                End(Closed),
+            ],
         ),
         row(
             "trace-max-forwards-0-echoed",

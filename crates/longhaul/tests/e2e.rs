@@ -230,19 +230,20 @@ fn errors_map_to_statuses_with_reasons() {
     assert_eq!((st, tag(&head)), (400, "bad-request"));
     assert!(String::from_utf8_lossy(&body).contains("absolute"));
     let big = format!(
-        "GET http://{silent}/ HTTP/1.1\r\nX-Big: {}\r\n\r\n",
+        "GET http://{silent}/ HTTP/1.1\r\nHost: {silent}\r\nX-Big: {}\r\n\r\n",
         "a".repeat(70_000)
     );
     let (st, head, _) = raw_request(e, big.as_bytes());
     assert_eq!((st, tag(&head)), (431, "header-too-large"));
     // RFC 9112 §3: a request line longer than the server accepts is answered 414.
     let long = format!(
-        "GET http://{silent}/{} HTTP/1.1\r\n\r\n",
+        "GET http://{silent}/{} HTTP/1.1\r\nHost: {silent}\r\n\r\n",
         "a".repeat(70_000)
     );
     let (st, head, _) = raw_request(e, long.as_bytes());
     assert_eq!((st, tag(&head)), (414, "uri-too-long"));
-    let dns = format!("GET http://{}.example/ HTTP/1.1\r\n\r\n", "a".repeat(64));
+    let name = format!("{}.example", "a".repeat(64));
+    let dns = format!("GET http://{name}/ HTTP/1.1\r\nHost: {name}\r\n\r\n");
     let (st, head, body) = raw_request(e, dns.as_bytes());
     assert_eq!(
         (st, tag(&head)),
@@ -253,14 +254,15 @@ fn errors_map_to_statuses_with_reasons() {
     let closed = free_port();
     let (st, head, body) = raw_request(
         e,
-        format!("GET http://127.0.0.1:{closed}/ HTTP/1.1\r\n\r\n").as_bytes(),
+        format!("GET http://127.0.0.1:{closed}/ HTTP/1.1\r\nHost: 127.0.0.1:{closed}\r\n\r\n")
+            .as_bytes(),
     );
     assert_eq!((st, tag(&head)), (502, "connect-failed"));
     assert!(String::from_utf8_lossy(&body).contains("refused"));
     let t0 = Instant::now();
     let (st, head, _) = raw_request(
         e,
-        format!("GET http://{silent}/ HTTP/1.1\r\n\r\n").as_bytes(),
+        format!("GET http://{silent}/ HTTP/1.1\r\nHost: {silent}\r\n\r\n").as_bytes(),
     );
     assert_eq!((st, tag(&head)), (504, "origin-timeout"));
     assert!(t0.elapsed() < Duration::from_secs(8));
@@ -284,7 +286,7 @@ fn errors_map_to_statuses_with_reasons() {
     let prod = start_pair("mode = \"production\"\n", &[]);
     let (st, head, body) = raw_request(
         prod.edge_addr,
-        format!("GET http://{silent}/ HTTP/1.1\r\n\r\n").as_bytes(),
+        format!("GET http://{silent}/ HTTP/1.1\r\nHost: {silent}\r\n\r\n").as_bytes(),
     );
     assert_eq!(
         (st, tag(&head)),
@@ -292,16 +294,22 @@ fn errors_map_to_statuses_with_reasons() {
         "{}",
         String::from_utf8_lossy(&body)
     );
-    let (st, _, _) = raw_request(prod.edge_addr, b"GET http://localhost:9/ HTTP/1.1\r\n\r\n");
+    let (st, _, _) = raw_request(
+        prod.edge_addr,
+        b"GET http://localhost:9/ HTTP/1.1\r\nHost: localhost:9\r\n\r\n",
+    );
     assert_eq!(st, 403);
-    let (st, _, _) = raw_request(prod.edge_addr, b"CONNECT localhost:9 HTTP/1.1\r\n\r\n");
+    let (st, _, _) = raw_request(
+        prod.edge_addr,
+        b"CONNECT localhost:9 HTTP/1.1\r\nHost: localhost:9\r\n\r\n",
+    );
     assert_eq!(st, 200, "optimistic CONNECT answers at once");
 
     // A client outside the allowed networks.
     let closed_edge = start_pair("", &["--allow-client", "10.0.0.0/8"]);
     let (st, head, _) = raw_request(
         closed_edge.edge_addr,
-        b"GET http://example.com/ HTTP/1.1\r\n\r\n",
+        b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n",
     );
     assert_eq!((st, tag(&head)), (403, "forbidden-client"));
 }
@@ -316,9 +324,12 @@ fn trickled_post(
 ) -> (u16, String) {
     let mut s = TcpStream::connect(edge).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let host = url.split('/').nth(2).unwrap_or_default();
     s.write_all(
-        format!("POST {url} HTTP/1.1\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
-            .as_bytes(),
+        format!(
+            "POST {url} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
     )
     .unwrap();
     for _ in 0..pieces {
@@ -399,7 +410,7 @@ fn pool_connection_lost_mid_reply_ends_the_client_connection() {
     let mut pair = start_pair("", &[]);
     let mut c = TcpStream::connect(pair.edge_addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    c.write_all(format!("GET http://{origin}/ HTTP/1.1\r\n\r\n").as_bytes())
+    c.write_all(format!("GET http://{origin}/ HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
         .unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 65536];
@@ -441,7 +452,7 @@ fn sigterm_drains_in_flight_replies_and_refuses_new_connections() {
     let mut pair = start_pair("", &[]);
     let mut c = TcpStream::connect(pair.edge_addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    c.write_all(format!("GET http://{origin}/ HTTP/1.1\r\n\r\n").as_bytes())
+    c.write_all(format!("GET http://{origin}/ HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
         .unwrap();
     let mut first = [0u8; 64];
     let n = c.read(&mut first).unwrap();
@@ -593,7 +604,10 @@ fn idempotent_request_is_retried_when_its_pool_connection_dies() {
         std::thread::spawn(move || {
             raw_request(
                 addr,
-                format!("GET http://{origin}/ HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+                format!(
+                    "GET http://{origin}/ HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n"
+                )
+                .as_bytes(),
             )
         })
     };
@@ -683,7 +697,7 @@ fn a_reply_cut_part_way_is_logged_with_its_status_and_the_bytes_sent() {
     let pair = start_pair("", &[]);
     let mut c = TcpStream::connect(pair.edge_addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    c.write_all(format!("GET http://{origin}/ HTTP/1.1\r\n\r\n").as_bytes())
+    c.write_all(format!("GET http://{origin}/ HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
         .unwrap();
     let mut got = Vec::new();
     let mut buf = [0u8; 65536];

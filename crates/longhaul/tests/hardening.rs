@@ -35,9 +35,10 @@ fn small_origin() -> SocketAddr {
 }
 
 fn get(edge: SocketAddr, url: &str) -> (u16, String, Vec<u8>) {
+    let host = url.split('/').nth(2).unwrap_or_default();
     raw_request(
         edge,
-        format!("GET {url} HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("GET {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
     )
 }
 
@@ -116,7 +117,8 @@ fn names_resolving_to_loopback_and_private_literals_are_refused_in_production() 
     // A tunnel to the same name: the remote resets it FORBIDDEN, the edge answers 403.
     let (st, head, _) = raw_request(
         pair.edge_addr,
-        format!("CONNECT origin.test:{port} HTTP/1.1\r\n\r\n").as_bytes(),
+        format!("CONNECT origin.test:{port} HTTP/1.1\r\nHost: origin.test:{port}\r\n\r\n")
+            .as_bytes(),
     );
     assert_eq!(st, 403, "{head}");
 
@@ -509,7 +511,7 @@ fn a_client_that_stops_reading_is_dropped_after_the_send_timeout() {
     // timeout, and the reset stream releases the origin connection.
     let mut client = TcpStream::connect(pair.edge_addr).unwrap();
     client
-        .write_all(format!("GET http://{origin}/ HTTP/1.1\r\n\r\n").as_bytes())
+        .write_all(format!("GET http://{origin}/ HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
         .unwrap();
     wait_for(
         Duration::from_secs(60),
@@ -535,7 +537,7 @@ fn a_client_that_closes_during_a_reply_is_logged_as_client_aborted() {
     let pair = start_pair("", &[]);
     let mut client = TcpStream::connect(pair.edge_addr).unwrap();
     client
-        .write_all(format!("GET http://{origin}/big HTTP/1.1\r\n\r\n").as_bytes())
+        .write_all(format!("GET http://{origin}/big HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
         .unwrap();
     let mut first = [0u8; 1024];
     client.read_exact(&mut first).unwrap();
@@ -598,7 +600,7 @@ fn stalled_upload(edge: SocketAddr, origin: SocketAddr) -> TcpStream {
     client
         .write_all(
             format!(
-                "PUT http://{origin}/up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+                "PUT http://{origin}/up HTTP/1.1\r\nHost: {origin}\r\nTransfer-Encoding: chunked\r\n\r\n\
                  5\r\nhello\r\n"
             )
             .as_bytes(),
@@ -744,7 +746,7 @@ fn memory_stays_bounded_with_100_streams_whose_readers_never_read() {
     let clients: Vec<TcpStream> = (0..100)
         .map(|_| {
             let mut s = TcpStream::connect(pair.edge_addr).unwrap();
-            s.write_all(format!("GET {url} HTTP/1.1\r\n\r\n").as_bytes())
+            s.write_all(format!("GET {url} HTTP/1.1\r\nHost: {origin}\r\n\r\n").as_bytes())
                 .unwrap();
             s
         })

@@ -384,6 +384,17 @@ fn many_tunnels_and_requests_on_one_h2_connection() {
         let resp = resp.await.unwrap();
         assert_eq!(resp.status(), 400);
         assert_eq!(resp.headers()["x-longhaul-error"], "bad-request");
+        // The same refusal to HEAD is a head alone (RFC 9113 §8.1.1).
+        let req = http::Request::builder()
+            .method(http::Method::HEAD)
+            .uri("https://127.0.0.1:1/")
+            .body(())
+            .unwrap();
+        let (resp, _) = c.send_request(req, true).unwrap();
+        let resp = resp.await.unwrap();
+        assert_eq!(resp.status(), 400);
+        assert_eq!(resp.headers()["x-longhaul-error"], "bad-request");
+        assert!(resp.body().is_end_stream());
         drop(c);
         drop(client);
         driver.abort();

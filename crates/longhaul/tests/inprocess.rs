@@ -350,7 +350,7 @@ async fn keep_alive_fixed_chunked_head_and_pipelining() {
     assert_eq!(h.status, 200);
     assert_eq!(b, b"abcde");
     // The connection is still usable (keep-alive).
-    c.write_all(format!("GET http://{o}/len/3 HTTP/1.1\r\n\r\n").as_bytes())
+    c.write_all(format!("GET http://{o}/len/3 HTTP/1.1\r\nHost: {o}\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let (h, b) = read_response(&mut c, &mut buf, "GET").await;
@@ -364,7 +364,7 @@ async fn expect_continue_is_answered_by_the_edge() {
     let o = p.origin;
     c.write_all(
         format!(
-            "PUT http://{o}/echo HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"
+            "PUT http://{o}/echo HTTP/1.1\r\nHost: {o}\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"
         )
         .as_bytes(),
     )
@@ -384,15 +384,22 @@ async fn expect_continue_is_answered_by_the_edge() {
 async fn informational_responses_are_relayed() {
     let p = pair(ConnectReply::Optimistic, 0, true).await;
     let mut c = TcpStream::connect(p.edge).await.unwrap();
-    c.write_all(format!("GET http://{}/early-hints HTTP/1.1\r\n\r\n", p.origin).as_bytes())
-        .await
-        .unwrap();
+    c.write_all(
+        format!(
+            "GET http://{0}/early-hints HTTP/1.1\r\nHost: {0}\r\n\r\n",
+            p.origin
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
     let mut buf = BytesMut::new();
     let hints = http1::read_response_head(&mut c, &mut buf, 65536)
         .await
         .unwrap();
     assert_eq!(hints.status, 103);
     assert!(header(&hints, "link").is_some());
+    assert_eq!(header(&hints, "via"), Some("1.1 longhaul"));
     let (h, b) = read_response(&mut c, &mut buf, "GET").await;
     assert_eq!((h.status, b.as_slice()), (200, &b"ok"[..]));
 }
@@ -413,7 +420,7 @@ async fn error_statuses_carry_a_reason() {
     let (h, _) = one_shot(p.edge, b"GARBAGE\x01\r\n\r\n").await;
     assert_eq!(h.status, 400);
     let big = format!(
-        "GET http://{}/len/1 HTTP/1.1\r\nX-Big: {}\r\n\r\n",
+        "GET http://{0}/len/1 HTTP/1.1\r\nHost: {0}\r\nX-Big: {1}\r\n\r\n",
         p.origin,
         "a".repeat(70_000)
     );
@@ -427,7 +434,7 @@ async fn error_statuses_carry_a_reason() {
         .unwrap();
     let (h, b) = one_shot(
         p.edge,
-        format!("GET http://{closed}/ HTTP/1.1\r\n\r\n").as_bytes(),
+        format!("GET http://{closed}/ HTTP/1.1\r\nHost: {closed}\r\n\r\n").as_bytes(),
     )
     .await;
     assert_eq!(h.status, 502);
@@ -441,7 +448,7 @@ async fn error_statuses_carry_a_reason() {
     let bad = format!("{}.example", "a".repeat(64));
     let (h, _) = one_shot(
         p.edge,
-        format!("GET http://{bad}/ HTTP/1.1\r\n\r\n").as_bytes(),
+        format!("GET http://{bad}/ HTTP/1.1\r\nHost: {bad}\r\n\r\n").as_bytes(),
     )
     .await;
     assert_eq!(h.status, 502);
@@ -449,7 +456,11 @@ async fn error_statuses_carry_a_reason() {
     // Origin timeout.
     let (h, _) = one_shot(
         p.edge,
-        format!("GET http://{}/slow HTTP/1.1\r\n\r\n", p.origin).as_bytes(),
+        format!(
+            "GET http://{0}/slow HTTP/1.1\r\nHost: {0}\r\n\r\n",
+            p.origin
+        )
+        .as_bytes(),
     )
     .await;
     assert_eq!(h.status, 504);
@@ -460,12 +471,20 @@ async fn forbidden_target_in_production_policy() {
     let p = pair(ConnectReply::Optimistic, 0, false).await;
     let (h, b) = one_shot(
         p.edge,
-        format!("GET http://{}/len/1 HTTP/1.1\r\n\r\n", p.origin).as_bytes(),
+        format!(
+            "GET http://{0}/len/1 HTTP/1.1\r\nHost: {0}\r\n\r\n",
+            p.origin
+        )
+        .as_bytes(),
     )
     .await;
     assert_eq!(h.status, 403);
     assert!(String::from_utf8_lossy(&b).contains("refused"));
-    let (h, _) = one_shot(p.edge, b"GET http://localhost:1/ HTTP/1.1\r\n\r\n").await;
+    let (h, _) = one_shot(
+        p.edge,
+        b"GET http://localhost:1/ HTTP/1.1\r\nHost: localhost:1\r\n\r\n",
+    )
+    .await;
     assert_eq!(h.status, 403);
 }
 
@@ -473,7 +492,7 @@ async fn forbidden_target_in_production_policy() {
 async fn cut_reply_resets_the_client_connection() {
     let p = pair(ConnectReply::Optimistic, 0, true).await;
     let mut c = TcpStream::connect(p.edge).await.unwrap();
-    c.write_all(format!("GET http://{}/cut HTTP/1.1\r\n\r\n", p.origin).as_bytes())
+    c.write_all(format!("GET http://{0}/cut HTTP/1.1\r\nHost: {0}\r\n\r\n", p.origin).as_bytes())
         .await
         .unwrap();
     let mut buf = BytesMut::new();
@@ -500,7 +519,11 @@ async fn idempotent_request_is_retried_once() {
     let p = pair(ConnectReply::Optimistic, 1, true).await;
     let (h, b) = one_shot(
         p.edge,
-        format!("GET http://{}/len/10 HTTP/1.1\r\n\r\n", p.origin).as_bytes(),
+        format!(
+            "GET http://{0}/len/10 HTTP/1.1\r\nHost: {0}\r\n\r\n",
+            p.origin
+        )
+        .as_bytes(),
     )
     .await;
     assert_eq!((h.status, b), (200, pattern(10)));
@@ -508,7 +531,11 @@ async fn idempotent_request_is_retried_once() {
     let p = pair(ConnectReply::Optimistic, 2, true).await;
     let (h, _) = one_shot(
         p.edge,
-        format!("GET http://{}/len/10 HTTP/1.1\r\n\r\n", p.origin).as_bytes(),
+        format!(
+            "GET http://{0}/len/10 HTTP/1.1\r\nHost: {0}\r\n\r\n",
+            p.origin
+        )
+        .as_bytes(),
     )
     .await;
     assert_eq!(h.status, 502);
@@ -517,7 +544,7 @@ async fn idempotent_request_is_retried_once() {
     let (h, _) = one_shot(
         p.edge,
         format!(
-            "POST http://{}/echo HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            "POST http://{0}/echo HTTP/1.1\r\nHost: {0}\r\nContent-Length: 0\r\n\r\n",
             p.origin
         )
         .as_bytes(),
@@ -536,7 +563,11 @@ async fn a_retry_on_a_full_transport_does_not_wait_for_its_own_slot() {
     let t = std::time::Instant::now();
     let (h, b) = one_shot(
         p.edge,
-        format!("GET http://{}/len/10 HTTP/1.1\r\n\r\n", p.origin).as_bytes(),
+        format!(
+            "GET http://{0}/len/10 HTTP/1.1\r\nHost: {0}\r\n\r\n",
+            p.origin
+        )
+        .as_bytes(),
     )
     .await;
     assert_eq!((h.status, b), (200, pattern(10)));
@@ -621,7 +652,7 @@ async fn connect_tunnels_both_modes() {
             .local_addr()
             .unwrap();
         let mut c = TcpStream::connect(p.edge).await.unwrap();
-        c.write_all(format!("CONNECT {closed} HTTP/1.1\r\n\r\n").as_bytes())
+        c.write_all(format!("CONNECT {closed} HTTP/1.1\r\nHost: {closed}\r\n\r\n").as_bytes())
             .await
             .unwrap();
         let mut buf = BytesMut::new();
@@ -649,11 +680,19 @@ async fn forbidden_client_and_connect_port_get_403() {
         s.allowed_clients = vec!["10.0.0.0/8".parse().unwrap()]
     })
     .await;
-    let (h, b) = one_shot(p.edge, b"GET http://example.com/ HTTP/1.1\r\n\r\n").await;
+    let (h, b) = one_shot(
+        p.edge,
+        b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n",
+    )
+    .await;
     assert_eq!(h.status, 403);
     assert!(String::from_utf8_lossy(&b).contains("not allowed"));
     let p = pair_with(0, true, |s| s.connect_ports = vec![443]).await;
-    let (h, _) = one_shot(p.edge, b"CONNECT example.com:25 HTTP/1.1\r\n\r\n").await;
+    let (h, _) = one_shot(
+        p.edge,
+        b"CONNECT example.com:25 HTTP/1.1\r\nHost: example.com:25\r\n\r\n",
+    )
+    .await;
     assert_eq!(h.status, 403);
     assert_eq!(header(&h, "x-longhaul-error"), Some("forbidden-target"));
 }
@@ -666,7 +705,7 @@ async fn deep_pipelines_are_answered_in_order() {
     let mut reqs = String::new();
     for i in 0..60 {
         reqs.push_str(&format!(
-            "GET http://{}/len/{} HTTP/1.1\r\n\r\n",
+            "GET http://{0}/len/{1} HTTP/1.1\r\nHost: {0}\r\n\r\n",
             p.origin,
             1000 + i
         ));
@@ -708,11 +747,11 @@ async fn keep_alive_connection_idles_between_requests() {
     let mut buf = BytesMut::new();
     // A reply larger than the sockets hold, not read yet: it is still owed when the second
     // request goes out.
-    c.write_all(format!("GET http://{o}/len/8000000 HTTP/1.1\r\n\r\n").as_bytes())
+    c.write_all(format!("GET http://{o}/len/8000000 HTTP/1.1\r\nHost: {o}\r\n\r\n").as_bytes())
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    c.write_all(format!("GET http://{o}/len/7 HTTP/1.1\r\n\r\n").as_bytes())
+    c.write_all(format!("GET http://{o}/len/7 HTTP/1.1\r\nHost: {o}\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let (h, b) = read_response(&mut c, &mut buf, "GET").await;
@@ -723,7 +762,7 @@ async fn keep_alive_connection_idles_between_requests() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     c.write_all(b"GET http://").await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    c.write_all(format!("{o}/len/9 HTTP/1.1\r\n\r\n").as_bytes())
+    c.write_all(format!("{o}/len/9 HTTP/1.1\r\nHost: {o}\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let (h, b) = read_response(&mut c, &mut buf, "GET").await;
@@ -731,7 +770,7 @@ async fn keep_alive_connection_idles_between_requests() {
     // Idle again, then two pipelined requests in one write.
     tokio::time::sleep(Duration::from_millis(300)).await;
     c.write_all(
-        format!("GET http://{o}/len/1 HTTP/1.1\r\n\r\nGET http://{o}/len/2 HTTP/1.1\r\n\r\n")
+        format!("GET http://{o}/len/1 HTTP/1.1\r\nHost: {o}\r\n\r\nGET http://{o}/len/2 HTTP/1.1\r\nHost: {o}\r\n\r\n")
             .as_bytes(),
     )
     .await

@@ -243,7 +243,7 @@ fn binaries_notify_ready_after_binding_then_watchdog_and_stopping() {
     // The pool was up before READY=1: the first request is served, not a 502.
     let (status, head, _) = raw_request(
         edge_addr,
-        format!("GET http://{remote_addr}/ HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("GET http://{remote_addr}/ HTTP/1.1\r\nHost: {remote_addr}\r\nConnection: close\r\n\r\n").as_bytes(),
     );
     assert!(
         status != 0 && !head.contains("remote-unavailable"),
@@ -316,14 +316,15 @@ fn metrics_count_traffic_and_show_pool_connections() {
     for _ in 0..3 {
         let (status, _, body) = raw_request(
             pair.edge_addr,
-            format!("GET http://{origin}/ HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!("GET http://{origin}/ HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
         );
         assert_eq!((status, body.len()), (200, 5000));
     }
     // A refused connect on the far side: counted by cause.
     let (status, head, _) = raw_request(
         pair.edge_addr,
-        b"GET http://127.0.0.1:1/ HTTP/1.1\r\nConnection: close\r\n\r\n",
+        b"GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(status, 502, "{head}");
 

@@ -237,7 +237,8 @@ fn a_remote_restarted_after_a_crash_is_used_again_without_waiting_for_the_idle_t
         dir.path().join("edge.log"),
     );
     wait_log(&edge, "pool connected");
-    let req = format!("GET http://{origin}/ HTTP/1.1\r\nConnection: close\r\n\r\n");
+    let req =
+        format!("GET http://{origin}/ HTTP/1.1\r\nHost: {origin}\r\nConnection: close\r\n\r\n");
     assert_eq!(raw_request(edge_addr, req.as_bytes()).0, 200);
 
     // A crash: no CONNECTION_CLOSE reaches the edge. A new process on the same address with

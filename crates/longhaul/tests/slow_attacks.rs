@@ -25,9 +25,11 @@ fn normal_requests(edge: std::net::SocketAddr, url: &str, n: usize, len: usize) 
     (0..n)
         .map(|_| {
             let started = Instant::now();
+            let host = url.split('/').nth(2).unwrap_or_default();
             let (st, head, body) = raw_request(
                 edge,
-                format!("GET {url} HTTP/1.1\r\nConnection: close\r\n\r\n").as_bytes(),
+                format!("GET {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
             );
             assert_eq!((st, body.len()), (200, len), "{head}");
             started.elapsed()

@@ -190,7 +190,7 @@ fn curl_through_a_mutual_tls_pool() {
     let (st, head, _) = raw_request(
         edge_addr,
         format!(
-            "GET http://127.0.0.1:{}/small HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "GET http://127.0.0.1:{0}/small HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\nConnection: close\r\n\r\n",
             origin.http
         )
         .as_bytes(),
@@ -210,7 +210,7 @@ fn curl_through_a_mutual_tls_pool() {
     let (st, _, body) = raw_request(
         pair.edge_addr,
         format!(
-            "GET http://127.0.0.1:{}/small HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "GET http://127.0.0.1:{0}/small HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\nConnection: close\r\n\r\n",
             origin.http
         )
         .as_bytes(),
@@ -239,7 +239,7 @@ fn sighup_rotation_to_a_new_ca_keeps_serving() {
     toml.push('\n');
     let mut pair = start_pair(&toml, &["--config", edge_cfg.to_str().unwrap()]);
     let req = format!(
-        "GET http://127.0.0.1:{}/f HTTP/1.1\r\nConnection: close\r\n\r\n",
+        "GET http://127.0.0.1:{0}/f HTTP/1.1\r\nHost: 127.0.0.1:{0}\r\nConnection: close\r\n\r\n",
         origin.http
     );
     assert_eq!(raw_request(pair.edge_addr, req.as_bytes()).0, 200);

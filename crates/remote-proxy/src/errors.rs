@@ -6,7 +6,7 @@
 //! `Tunnel` stream that cannot reach its target is reset with a [`ResetReason`] the transport
 //! turns into a wire error code. It does NOT decide when failures happen.
 
-use http1::reply::{synthetic_response, ErrorTag};
+use http1::reply::{synthetic_response_to, ErrorTag};
 
 use crate::policy::ResolveError;
 
@@ -81,9 +81,10 @@ impl RemoteError {
         }
     }
 
-    /// The complete synthetic response.
-    pub fn response(&self) -> Vec<u8> {
-        synthetic_response(self.tag(), &self.to_string())
+    /// The complete synthetic response to a request with `method` (the head alone for
+    /// `HEAD`, RFC 9110 §9.3.2).
+    pub fn response_to(&self, method: &str) -> Vec<u8> {
+        synthetic_response_to(method, self.tag(), &self.to_string())
     }
 
     /// The error for a hyper client failure, found by walking its cause chain.

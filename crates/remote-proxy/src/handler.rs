@@ -234,7 +234,7 @@ async fn reply_error<S: FarStream>(
     started: Instant,
     e: &RemoteError,
 ) {
-    let _ = stream.write_all(&e.response()).await;
+    let _ = stream.write_all(&e.response_to(method)).await;
     let _ = stream.shutdown().await;
     log_error(id, method, target, e.status(), started, e);
 }

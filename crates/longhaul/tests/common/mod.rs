@@ -327,7 +327,10 @@ pub fn start_pair(remote_toml: &str, edge_args: &[&str]) -> Pair {
     // The edge serves once the pool is up: one request proves it.
     let start = Instant::now();
     loop {
-        let (status, head, _) = raw_request(edge_addr, b"GET http://127.0.0.1:1/ HTTP/1.1\r\n\r\n");
+        let (status, head, _) = raw_request(
+            edge_addr,
+            b"GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n",
+        );
         if status != 0 && !head.contains("remote-unavailable") {
             break;
         }
